@@ -937,8 +937,14 @@ def build_input(params: dict) -> MemoryPlanInput:
         measured.update({k: parsed[k] for k in MEASURED_KEYS if k in parsed})
         if "cuda_graph_memory_profiled" in parsed and values.get("cuda_graph_memory_profiled") is None:
             values["cuda_graph_memory_profiled"] = parsed["cuda_graph_memory_profiled"]
-    measured.update(
-        {k: v for k, v in (params.get("measured") or {}).items() if k in MEASURED_KEYS and v is not None}
-    )
+    for key, value in (params.get("measured") or {}).items():
+        if key not in MEASURED_KEYS or value is None:
+            continue
+        try:
+            measured[key] = float(value)
+        except (TypeError, ValueError):
+            raise MemoryPlanError(
+                f"measured.{key} is {value!r}, not a number: give GiB per rank, e.g. {key}: 27.72"
+            ) from None
     values["measured"] = measured
     return MemoryPlanInput(**values)
