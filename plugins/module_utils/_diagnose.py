@@ -1,0 +1,1262 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+"""Diagnose failed vLLM / Ray / NCCL / driver starts from their logs.
+
+The parser streams: every physical line is looked at once, noise lines cost a
+handful of substring tests, and what is kept (findings, a few evidence lines each,
+a short window of recent lines) is bounded, so a 100 MB log runs in constant memory.
+
+Matching is on stable key phrases searched anywhere in the message, never on whole
+lines, so new prefixes, loggers and wording around the phrase do not matter. Phrases
+that a terminal wrapped over two physical lines are found across the line break.
+
+Run it on files::
+
+    python -m ansible_collections.sparkops.vllm.plugins.module_utils._diagnose LOG... [--json]
+        [--context context.json]
+
+It imports nothing from Ansible: the module ``sparkops.vllm.diagnose``, the runbooks
+and the CLI all call :func:`diagnose_paths` / :func:`diagnose_text`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+try:  # Imported as part of the collection (module, tests).
+    from ansible_collections.sparkops.vllm.plugins.module_utils._log_lines import (
+        clean_physical,
+        iter_path_lines,
+        normalize,
+    )
+except ImportError:  # pragma: no cover - copied next to _log_lines.py on its own
+    from _log_lines import clean_physical, iter_path_lines, normalize  # type: ignore[no-redef]
+
+__all__ = [
+    "FINDING_IDS",
+    "PRECEDENCE",
+    "Scanner",
+    "diagnose_lines",
+    "diagnose_paths",
+    "diagnose_text",
+    "format_report",
+    "main",
+]
+
+SEVERITIES = ("error", "warning", "info")
+_SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+
+# The precedence table. Findings are reported in this order: root causes first. Each
+# entry names the findings it explains when both are present; the reason is in
+# docs/diagnose.md. A wrapper (a finding that only ever reports that something else
+# failed) is dropped when something above explains it; any other explained finding
+# stays in the list, after its cause, and says so.
+PRECEDENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "nvidia_driver_unavailable",
+        (
+            "cuda_oom",
+            "ray_placement_unsatisfiable",
+            "nccl_collective_timeout",
+            "engine_core_init_failed",
+        ),
+    ),
+    (
+        "ray_node_ip_mismatch",
+        (
+            "ray_placement_unsatisfiable",
+            "gloo_interface",
+            "nccl_socket_connect_failed",
+            "nccl_collective_timeout",
+            "engine_core_init_failed",
+        ),
+    ),
+    ("gloo_interface", ("nccl_collective_timeout", "engine_core_init_failed")),
+    ("nccl_socket_connect_failed", ("nccl_collective_timeout", "engine_core_init_failed")),
+    ("nccl_ib_error", ("nccl_collective_timeout", "engine_core_init_failed")),
+    ("ray_placement_unsatisfiable", ("engine_core_init_failed",)),
+    (
+        "ray_oom_kill",
+        (
+            "cuda_graph_capture_oom",
+            "cuda_oom",
+            "nccl_socket_connect_failed",
+            "nccl_collective_timeout",
+            "engine_core_init_failed",
+        ),
+    ),
+    ("cuda_graph_capture_oom", ("cuda_oom", "nccl_collective_timeout", "engine_core_init_failed")),
+    ("startup_memory_short", ("kv_cache_insufficient", "cuda_oom", "engine_core_init_failed")),
+    ("kv_cache_insufficient", ("engine_core_init_failed",)),
+    ("cuda_oom", ("nccl_collective_timeout", "engine_core_init_failed")),
+    ("nccl_collective_timeout", ("engine_core_init_failed",)),
+    ("engine_core_init_failed", ()),
+)
+FINDING_IDS: tuple[str, ...] = tuple(entry[0] for entry in PRECEDENCE)
+_ORDER = {finding_id: index for index, finding_id in enumerate(FINDING_IDS)}
+_EXPLAINS = dict(PRECEDENCE)
+# Findings that only report that something else failed: hidden when explained.
+WRAPPERS = frozenset({"engine_core_init_failed"})
+
+MAX_EVIDENCE = 6
+# How far (in physical lines) a CUDA graph capture frame may sit from an OOM line and
+# still belong to the same traceback.
+_CAPTURE_WINDOW = 80
+_JUNCTION = 64
+
+_FIXES = {
+    "ray_oom_kill": (
+        "Set `sparkops_ray_memory_monitor: false` (sets RAY_memory_monitor_refresh_ms=0; earlyoom stays as "
+        "the guard against a real out-of-memory) or raise `sparkops_ray_memory_threshold`, and leave "
+        "`sparkops_gpu_memory_utilization` unset so the memory plan recommends a value whose peak fits "
+        "(or lower it). When the kill came during CUDA graph capture, `sparkops_cuda_graphs: false` "
+        "(adds --enforce-eager) removes that peak. See docs/runbooks/."
+    ),
+    "cuda_graph_capture_oom": (
+        "Lower `sparkops_gpu_memory_utilization` (or leave it unset so the memory plan keeps graph-capture "
+        "headroom) or set `sparkops_cuda_graphs: false` (adds --enforce-eager, no capture at all)."
+    ),
+    "startup_memory_short": (
+        "Something else holds memory on that node: let preflight find it (`preflight_reclaim: true` stops "
+        "stale GPU consumers; list legitimate ones in `preflight_gpu_consumer_allowlist`), or lower "
+        "`sparkops_gpu_memory_utilization` (leave it unset to let the memory plan recommend one from the "
+        "memory really free)."
+    ),
+    "kv_cache_insufficient": (
+        "Lower `sparkops_max_model_len`, or give the KV cache more room: raise "
+        "`sparkops_gpu_memory_utilization` (leave it unset to let the memory plan size it) or spread the "
+        "weights wider with `sparkops_tensor_parallel_size` / `sparkops_pipeline_parallel_size`."
+    ),
+    "cuda_oom": (
+        "Lower `sparkops_gpu_memory_utilization` (or leave it unset to let the memory plan recommend one) "
+        "and clear stale GPU consumers (`preflight_reclaim`, `preflight_gpu_consumer_allowlist`). If it "
+        "fails while loading weights the shard does not fit: raise `sparkops_tensor_parallel_size` / "
+        "`sparkops_pipeline_parallel_size` or lower `sparkops_max_model_len`."
+    ),
+    "ray_node_ip_mismatch": (
+        "Pin every node to its RoCE address: set host vars `ib_address` and `ib_interface` on each host "
+        "(they feed `ray start --node-ip-address`, VLLM_HOST_IP, NCCL_SOCKET_IFNAME and "
+        "GLOO_SOCKET_IFNAME), then restart the Ray cluster."
+    ),
+    "ray_placement_unsatisfiable": (
+        "Make `sparkops_tensor_parallel_size` x `sparkops_pipeline_parallel_size` equal the GPUs `ray status` "
+        "reports; check every worker joined on its `ib_address` (a `node:<ip>` request for an address Ray "
+        "does not know means VLLM_HOST_IP and Ray disagree) and that `roce_network_firewall_open` lets the "
+        "workers reach the head."
+    ),
+    "nccl_socket_connect_failed": (
+        "NCCL's TCP connections cannot reach the peer: check `ib_address` / `ib_interface` on every host "
+        "(NCCL_SOCKET_IFNAME), that the RoCE link passes roce_network's MTU ping, and set "
+        "`roce_network_firewall_open: true` so NCCL's ports are open between the nodes."
+    ),
+    "nccl_ib_error": (
+        "Fix the RoCE path NCCL uses: set `roce_network_nccl_ib_gid_index` (the RoCE v2 GID, often 3) and "
+        "`roce_network_nccl_ib_hca` (the HCA roce_network detected) for NCCL_IB_GID_INDEX / NCCL_IB_HCA, "
+        "and check `ib_interface` and the link MTU with the roce_network stage."
+    ),
+    "gloo_interface": (
+        "Point torch.distributed and Gloo at the RoCE link: set host vars `ib_interface` "
+        "(GLOO_SOCKET_IFNAME) and `ib_address` (VLLM_HOST_IP) on every host, and open the ports with "
+        "`roce_network_firewall_open: true`. A 127.x peer address means the host name resolves to loopback."
+    ),
+    "nccl_collective_timeout": (
+        "A rank stopped answering. Look above for what killed or cut it off; with no other finding, check "
+        "the RoCE path (`roce_network_nccl_ib_hca`, `roce_network_nccl_ib_gid_index`, `ib_interface`) and "
+        "that every rank runs the same image and `sparkops_tensor_parallel_size`."
+    ),
+    "nvidia_driver_unavailable": (
+        "Repair the driver on that node before anything else: reboot after a driver update (a version "
+        "mismatch), or install a driver branch listed in `preflight_driver_branch_allowlist`; preflight "
+        "stops a deploy on this."
+    ),
+    "engine_core_init_failed": (
+        "vLLM's wrapper hides the cause: run diagnose on the complete logs of every node (the worker lines "
+        "above the wrapper), with `context`; without a cause, retry with `sparkops_cuda_graphs: false` and "
+        "follow docs/runbooks/."
+    ),
+}
+
+
+def _rx(pattern: str) -> re.Pattern[str]:
+    """Compile a key phrase: case-insensitive, and any space may be missing or doubled.
+
+    Terminal wrapping and re-flowed copies lose or add blanks; a phrase glued back
+    together from two physical lines still matches.
+    """
+    return re.compile(pattern.replace(" ", r"\s*"), re.IGNORECASE)
+
+
+_NUM = r"(-?\d+(?:\.\d+)?)"
+_ADDR = r"([0-9A-Za-z][\w.:-]*?)"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One key phrase: which finding it feeds, at what severity, and which variant."""
+
+    finding: str
+    severity: str
+    pattern: re.Pattern[str]
+    kind: str
+
+
+def _rule(finding: str, severity: str, kind: str, pattern: str) -> Rule:
+    return Rule(finding, severity, _rx(pattern), kind)
+
+
+# Pseudo findings resolved at the end: "_oom" becomes cuda_graph_capture_oom or
+# cuda_oom, "_socket_fallback" becomes an nccl_ib_error warning on a multi-node log.
+# Order matters: the first rule that matches a line wins.
+RULES: tuple[Rule, ...] = (
+    # --- Ray's memory monitor (four generations of wording) ---
+    _rule("ray_oom_kill", "error", "task_killed", r"killed due to the node running low on memory"),
+    _rule(
+        "ray_oom_kill",
+        "error",
+        "usage",
+        r"Memory on the node \(IP: " + _ADDR + r", ID: \w+\).*? was "
+        rf"{_NUM} ?GB / {_NUM} ?GB \({_NUM}\),? which exceeds the memory usage threshold of {_NUM}",
+    ),
+    _rule("ray_oom_kill", "error", "threshold", rf"exceeds the memory usage threshold of {_NUM}"),
+    _rule("ray_oom_kill", "error", "pressure", r"killed due to memory pressure \(OOM\)"),
+    _rule("ray_oom_kill", "error", "exit_type", r"NODE_OUT_OF_MEMORY"),
+    _rule(
+        "ray_oom_kill",
+        "error",
+        "legacy",
+        rf"More than {_NUM}% of the memory on node (\S+) is used \({_NUM} / {_NUM} GB\)",
+    ),
+    _rule("ray_oom_kill", "error", "legacy", r"RayOutOfMemoryError"),
+    _rule("ray_oom_kill", "error", "exception", r"ray\.exceptions\.OutOfMemoryError"),
+    _rule("ray_oom_kill", "error", "monitor", r"Ray killed this worker \(ID: \w+\) because"),
+    # --- vLLM's memory checks ---
+    _rule(
+        "startup_memory_short",
+        "error",
+        "free_less",
+        rf"Free memory on device(?: \S+)? \({_NUM} ?/ ?{_NUM} GiB\) on startup is less than desired "
+        rf"GPU memory utilization \({_NUM}, {_NUM} GiB\)",
+    ),
+    _rule("startup_memory_short", "error", "free_less", r"is less than desired GPU memory utilization"),
+    _rule(
+        "startup_memory_short",
+        "error",
+        "profiling",
+        rf"Error in memory profiling\.? Initial free memory {_NUM} ?GiB, current free memory {_NUM}",
+    ),
+    _rule("kv_cache_insufficient", "error", "no_blocks", r"No available memory for the cache blocks"),
+    _rule(
+        "kv_cache_insufficient",
+        "error",
+        "max_len",
+        rf"max seq len \((\d+)\),? \(?{_NUM} ?GiB KV cache is needed, which is larger than the available "
+        rf"KV cache memory \({_NUM} ?GiB\)",
+    ),
+    _rule(
+        "kv_cache_insufficient",
+        "error",
+        "max_len",
+        r"KV cache is needed, which is larger than the available KV cache memory",
+    ),
+    _rule(
+        "kv_cache_insufficient",
+        "error",
+        "max_len_tokens",
+        r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV "
+        r"cache \((\d+)\)",
+    ),
+    _rule("kv_cache_insufficient", "error", "estimate", r"estimated maximum model length is (\d+)"),
+    _rule("kv_cache_insufficient", "error", "negative", r"Available KV cache memory: (-\d+(?:\.\d+)?) ?GiB"),
+    # --- CUDA / host out of memory (classified at the end) ---
+    _rule("_oom", "error", "torch", r"CUDA out of memory\.?(?: Tried to allocate (\S+ ?[GMK]i?B))?"),
+    _rule("_oom", "error", "runtime", r"CUDA error: out of memory"),
+    _rule("_oom", "error", "torch", r"torch\.(?:cuda\.)?OutOfMemoryError|OutOfMemoryError: CUDA"),
+    _rule("_oom", "error", "runtime", r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"),
+    _rule("_oom", "error", "runtime", r"CUBLAS_STATUS_ALLOC_FAILED"),
+    _rule("_oom", "error", "runtime", r"Cuda failure '?out of memory"),
+    _rule("_oom", "error", "kernel", r"Out of memory: Killed process (\d+) \(([^)]*)\)"),
+    _rule("_oom", "error", "earlyoom", r"sending SIG(?:TERM|KILL) to process (\d+)"),
+    # --- NVIDIA driver ---
+    _rule(
+        "nvidia_driver_unavailable",
+        "error",
+        "unreachable",
+        r"couldn'?t communicate with the NVIDIA driver",
+    ),
+    _rule("nvidia_driver_unavailable", "error", "nvml", r"Failed to initialize NVML: ?([^\"()]*)"),
+    _rule("nvidia_driver_unavailable", "error", "no_devices", r"No devices were found"),
+    _rule(
+        "nvidia_driver_unavailable",
+        "error",
+        "kernel",
+        r"NVRM: .*(?:RmInitAdapter failed|rm_init_adapter failed|fallen off the bus|API mismatch)",
+    ),
+    _rule("nvidia_driver_unavailable", "error", "gpu_lost", r"GPU has fallen off the bus"),
+    _rule(
+        "nvidia_driver_unavailable",
+        "error",
+        "nvml",
+        r"NVML_?Error_?(?:DriverNotLoaded|LibraryNotFound|GpuIsLost|LibRmVersionMismatch|Unknown)"
+        r"|NVML_ERROR_(?:DRIVER_NOT_LOADED|LIBRARY_NOT_FOUND|GPU_IS_LOST|LIB_RM_VERSION_MISMATCH)",
+    ),
+    _rule("nvidia_driver_unavailable", "error", "torch", r"Found no NVIDIA driver on your system"),
+    _rule(
+        "nvidia_driver_unavailable",
+        "error",
+        "too_old",
+        r"CUDA driver version is insufficient for CUDA runtime version|NVIDIA driver on your system is too old",
+    ),
+    _rule("nvidia_driver_unavailable", "error", "torch", r"CUDA driver initialization failed"),
+    _rule("nvidia_driver_unavailable", "error", "torch", r"No CUDA GPUs are available"),
+    _rule("nvidia_driver_unavailable", "error", "torch", r"Unexpected error from cudaGetDeviceCount"),
+    _rule("nvidia_driver_unavailable", "error", "torch", r"CUDA initialization: CUDA unknown error"),
+    _rule(
+        "nvidia_driver_unavailable",
+        "error",
+        "container",
+        r"nvidia-container-cli: initialization error|could not select device driver \"\S*\" with "
+        r"capabilities: \[\[gpu\]\]",
+    ),
+    _rule("nvidia_driver_unavailable", "error", "nvml", r"Unable to determine the device handle for GPU"),
+    # --- Ray addressing and placement ---
+    _rule("ray_node_ip_mismatch", "warning", "node_ip", r"This node has an IP address of " + _ADDR + r",? "),
+    _rule("ray_node_ip_mismatch", "error", "unique_ip", r"Every node should have a unique IP address"),
+    _rule(
+        "ray_node_ip_mismatch",
+        "error",
+        "driver_node",
+        r"Ray does not allocate any GPUs on the driver node",
+    ),
+    _rule(
+        "ray_node_ip_mismatch",
+        "warning",
+        "gcs",
+        r"(?:Failed|Unable) to connect to GCS at (?:address )?" + _ADDR + r"(?::\d+)?\b",
+    ),
+    _rule(
+        "ray_placement_unsatisfiable",
+        "error",
+        "no_node_types",
+        r"No available node types can fulfill resource request (\{[^}]*\})?",
+    ),
+    _rule("ray_placement_unsatisfiable", "error", "timeout", r"Cannot provide a placement group"),
+    _rule(
+        "ray_placement_unsatisfiable",
+        "warning",
+        "waiting",
+        r"Waiting for creating a placement group of specs for (\d+) seconds",
+    ),
+    _rule(
+        "ray_placement_unsatisfiable",
+        "warning",
+        "unschedulable",
+        r"resource request cannot be scheduled right now: (\{[^}]*\})?",
+    ),
+    _rule("ray_placement_unsatisfiable", "error", "no_gpu", r"Current node has no GPU available"),
+    _rule(
+        "ray_placement_unsatisfiable",
+        "error",
+        "too_few",
+        r"number of required GPUs exceeds the total number of available GPUs",
+    ),
+    _rule(
+        "ray_placement_unsatisfiable",
+        "error",
+        "too_few",
+        r"Tensor parallel size \((\d+)\) cannot be larger than the number of available GPUs \((\d+)\)",
+    ),
+    # --- NCCL over RoCE (before the socket rules: an ibv timeout also says "timed out") ---
+    _rule("nccl_ib_error", "error", "ibv", r"Call to (ibv_\w+) failed(?: with (\d+))?"),
+    _rule("nccl_ib_error", "error", "ibv", r"(ibv_\w+) failed"),
+    _rule(
+        "nccl_ib_error", "error", "completion", r"NET/IB ?:? .*?Got completion .*?(?:status|error) ?=? ?(\d+)"
+    ),
+    _rule("nccl_ib_error", "error", "completion", r"IBV_WC_\w+_ERR|transport retry counter exceeded"),
+    _rule("nccl_ib_error", "error", "net_ib", r"NCCL WARN NET/IB\b(?! ?: ?No device found)"),
+    _rule("nccl_ib_error", "error", "net_ib", r"NET/IB ?:? .*\b(?:error|failed)\b"),
+    _rule("_socket_fallback", "warning", "no_ib", r"NET/IB ?: ?No device found"),
+    _rule("_socket_fallback", "warning", "socket", r"NCCL INFO Using network Socket"),
+    # --- NCCL's TCP sockets ---
+    _rule(
+        "nccl_socket_connect_failed",
+        "error",
+        "connect",
+        r"socket\w*Connect: Connect to (\S+?) (?:failed|returned)(?: ?: ?([^\"(),;]*))?",
+    ),
+    _rule("nccl_socket_connect_failed", "error", "connect", r"NCCL WARN .*Connect to (\S+?) failed"),
+    _rule(
+        "nccl_socket_connect_failed",
+        "error",
+        "no_interface",
+        r"NCCL WARN (?:Bootstrap|NET/Socket) ?: ?no (?:socket )?interface found",
+    ),
+    _rule(
+        "nccl_socket_connect_failed",
+        "error",
+        "connect",
+        r"NCCL WARN .*(?:Connection refused|No route to host|Connection reset by peer|Software caused "
+        r"connection abort)",
+    ),
+    _rule(
+        "nccl_socket_connect_failed",
+        "warning",
+        "remote",
+        r"ncclRemoteError|remote process exiting prematurely",
+    ),
+    # --- torch.distributed rendezvous and Gloo ---
+    _rule("gloo_interface", "error", "no_address", r"Unable to find (?:address|interface) for:? ?(\S+)"),
+    _rule("gloo_interface", "error", "full_mesh", r"Gloo connectFullMesh failed"),
+    _rule(
+        "gloo_interface",
+        "error",
+        "connect",
+        r"gloo.*?connect \[?([0-9A-Fa-f.:]+?)\]?:(\d+):? ?(Connection refused|Connection timed out|No route to host)",
+    ),
+    _rule(
+        "gloo_interface",
+        "error",
+        "c10d",
+        r"client socket has (?:failed to connect|timed out after \d+\w* while trying to connect) to "
+        r"\[?([\w.:-]+?)\]?:(\d+)",
+    ),
+    # --- NCCL watchdog ---
+    _rule("nccl_collective_timeout", "error", "watchdog", r"Watchdog caught collective operation timeout"),
+    _rule(
+        "nccl_collective_timeout",
+        "error",
+        "watchdog",
+        r"WorkNCCL\(.*?OpType=(\w+).*?\) ran for (\d+) milliseconds before timing out",
+    ),
+    _rule(
+        "nccl_collective_timeout",
+        "error",
+        "watchdog",
+        r"watchdog (?:thread )?(?:got stuck|terminated with exception)|Heartbeat monitor timed out",
+    ),
+    _rule("nccl_collective_timeout", "error", "watchdog", r"Some NCCL operations have failed or timed out"),
+    _rule(
+        "nccl_collective_timeout",
+        "error",
+        "setup",
+        r"retrieving ncclUniqueId from \[(\d+)\] via c10d key-value store.*?(?:wait timeout|timed out)",
+    ),
+    # --- the wrapper ---
+    _rule("engine_core_init_failed", "error", "wrapper", r"Engine core initialization failed"),
+    _rule("engine_core_init_failed", "error", "wrapper", r"EngineCore failed to start"),
+    _rule("engine_core_init_failed", "error", "wrapper", r"Engine process failed to start"),
+)
+
+# Lower-case substrings at least one of which every rule and marker needs. A line
+# without any of them is noise and costs only these tests; keep them in step with the
+# rules (a test checks that every rule's own example passes this filter).
+TRIGGER_TOKENS: tuple[str, ...] = (
+    "memory",
+    "oom",
+    "nccl",
+    "ibv",
+    "net/ib",
+    "gloo",
+    "connect",
+    "ip address",
+    "unique ip",
+    "driver node",
+    "placement",
+    "node types",
+    "resource request",
+    "gpus",
+    "nvml",
+    "nvidia",
+    "nvrm",
+    "devices were found",
+    "fallen off",
+    "device driver",
+    "device handle",
+    "no gpu",
+    "unable to find",
+    "model loading",
+    "engine",
+    "watchdog",
+    "heartbeat",
+    "captur",
+    "graph",
+    "kv cache",
+    "max seq len",
+    "model length",
+    "killed",
+    "sigterm",
+    "sigkill",
+    "cuda",
+    "cublas",
+    "api server",
+    "startup complete",
+    "uniqueid",
+    "ray killed",
+    "retry counter",
+    "ibv_wc",
+)
+
+# State markers for CUDA graph capture, matched on lines that passed the filter.
+_CAPTURE_START = _rx(r"Capturing (?:CUDA ?graphs?|cudagraphs?|batches)|Profiling CUDA graph memory")
+_CAPTURE_FRAME = _rx(
+    r"capture_(?:end|begin|model)\b|torch\.cuda\.graph\b|_capture_cudagraph|cudagraph_capture"
+    r"|CUDAGraphWrapper|capture_graph|cuda_graph_runner|graph_capture"
+)
+_CAPTURE_END = _rx(
+    r"Graph capturing finished|init engine \(profile, create kv cache, warmup model\) took"
+    r"|Starting vLLM API server|Application startup complete"
+)
+# Memory facts worth quoting in a summary (silent on their own).
+_FACTS = (
+    ("available_kv_cache_gib", _rx(rf"Available KV cache memory: {_NUM} ?GiB"), min),
+    ("model_loading_gib", _rx(rf"Model loading took {_NUM} ?G(?:i)?B"), max),
+    ("cuda_graph_gib", _rx(rf"Graph capturing finished in \d+ secs?, took {_NUM} ?GiB"), max),
+    ("kv_cache_tokens", _rx(r"GPU KV cache size: ([\d,]+) tokens"), min),
+)
+
+
+@dataclass
+class _Event:
+    finding: str
+    severity: str
+    kind: str
+    line: int
+    text: str
+    host: str | None
+    path: str | None
+    groups: tuple[str | None, ...]
+    repeated: int = 1
+    during_capture: bool = False
+
+
+@dataclass
+class _Finding:
+    finding: str
+    severity: str = "info"
+    first_line: int = 0
+    first_path: str | None = None
+    count: int = 0
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    seen: set[tuple[str, str | None]] = field(default_factory=set)
+    kinds: dict[str, tuple[str | None, ...]] = field(default_factory=dict)
+    hosts: list[str] = field(default_factory=list)
+    during_capture: bool = False
+
+    def add(self, event: _Event) -> None:
+        if self.count == 0:
+            self.first_line, self.first_path = event.line, event.path
+        self.count += event.repeated
+        if _SEVERITY_RANK[event.severity] < _SEVERITY_RANK[self.severity]:
+            self.severity = event.severity
+        # Keep the groups of the most specific match seen for each variant.
+        known = self.kinds.get(event.kind)
+        if known is None or sum(g is not None for g in event.groups) > sum(g is not None for g in known):
+            self.kinds[event.kind] = event.groups
+        if event.host and event.host not in self.hosts and len(self.hosts) < 32:
+            self.hosts.append(event.host)
+        self.during_capture = self.during_capture or event.during_capture
+        key = (event.text.strip(), event.host)
+        if key in self.seen or len(self.evidence) >= MAX_EVIDENCE:
+            return
+        self.seen.add(key)
+        item: dict[str, Any] = {"line": event.line, "text": event.text.strip()}
+        if event.host:
+            item["host"] = event.host
+        if event.path:
+            item["path"] = event.path
+        if event.repeated > 1:
+            item["repeated"] = event.repeated
+        self.evidence.append(item)
+
+
+class _Context:
+    """The optional ``context``: inventory addresses, the memory plan and settings."""
+
+    def __init__(self, context: Mapping[str, Any] | None) -> None:
+        context = dict(context or {})
+        self.hosts: dict[str, dict[str, Any]] = {
+            str(name): dict(values or {}) for name, values in (context.get("hosts") or {}).items()
+        }
+        self.default_host = context.get("host")
+        self.path_hosts = {str(k): str(v) for k, v in (context.get("path_hosts") or {}).items()}
+        self.memory_plan = dict(context.get("memory_plan") or {})
+        self.settings = dict(context.get("settings") or {})
+        self.addresses: dict[str, tuple[str, str]] = {}
+        for name, values in self.hosts.items():
+            if values.get("ib_address"):
+                self.addresses[str(values["ib_address"])] = (name, "ib")
+            for address in values.get("management_addresses") or ():
+                self.addresses.setdefault(str(address), (name, "management"))
+            if values.get("ansible_host"):
+                self.addresses.setdefault(str(values["ansible_host"]), (name, "management"))
+
+    def host_name(self, host: str | None) -> str | None:
+        if host is None:
+            return None
+        if host in self.addresses:
+            return self.addresses[host][0]
+        return host
+
+    def describe_address(self, address: str) -> str:
+        """Say whose address this is, per the inventory."""
+        owner = self.addresses.get(address)
+        if owner is None:
+            if not self.hosts:
+                return ""
+            ib = ", ".join(
+                f"{name} {values['ib_address']}"
+                for name, values in self.hosts.items()
+                if values.get("ib_address")
+            )
+            return f" {address} is no host's `ib_address` in the inventory ({ib})."
+        name, kind = owner
+        ib_address = self.hosts[name].get("ib_address")
+        if kind == "management":
+            return f" {address} is {name}'s management address, not its ib_address {ib_address}."
+        return f" {address} is {name}'s ib_address."
+
+
+class Scanner:
+    """Streaming diagnosis: :meth:`feed` physical lines, then :meth:`finish`."""
+
+    def __init__(self, context: Mapping[str, Any] | None = None) -> None:
+        self.context = _Context(context)
+        self.findings: dict[str, _Finding] = {}
+        self.lines_read = 0
+        self.bytes_read = 0
+        self.paths: list[str] = []
+        self.memory: dict[str, float | int] = {}
+        self._path: str | None = None
+        self._path_host: str | None = None
+        self._prev_line = ""
+        self._prev_number = 0
+        self._prev_matched = False
+        self._capture_active = False
+        self._capture_finished: set[str | None] = set()
+        self._capture_frames: deque[int] = deque(maxlen=32)
+        self._pending_oom: deque[_Event] = deque(maxlen=64)
+        self._oom_events: list[_Event] = []
+        self._seen_hosts: set[str] = set()
+        self._socket_fallback: list[_Event] = []
+
+    # -- input -----------------------------------------------------------------
+    def start_path(self, path: str | None) -> None:
+        """Begin a new file: line numbers restart, wrapped lines never join across files."""
+        self._path = path
+        self._path_host = self.context.path_hosts.get(path or "") or self.context.default_host
+        self._prev_line = ""
+        self._prev_number = 0
+        if path is not None:
+            self.paths.append(path)
+
+    def feed_lines(self, lines: Iterable[str]) -> None:
+        """Feed physical lines of the current file, numbering them from 1."""
+        feed = self.feed
+        for number, raw in enumerate(lines, 1):
+            feed(raw, number)
+
+    def feed(self, raw: str, number: int) -> None:
+        """Look at one physical line."""
+        self.lines_read += 1
+        self.bytes_read += len(raw)
+        line = clean_physical(raw)
+        low = line.lower()
+        hit = False
+        for token in TRIGGER_TOKENS:
+            if token in low:
+                hit = True
+                break
+        if "ip=" in low:
+            self._note_hosts(line)
+        prev = self._prev_line
+        junction = False
+        if prev and line and not hit:
+            # A key phrase cut in two by a terminal: test the seam only.
+            head = line[4:] if line.startswith("E   ") else line
+            seam = (prev[-_JUNCTION:] + head[:_JUNCTION]).lower()
+            for token in TRIGGER_TOKENS:
+                if token in seam:
+                    junction = True
+                    break
+        self._prev_matched = self._examine(line, number, prev) if hit or junction else False
+        self._prev_line = line
+        self._prev_number = number
+
+    # -- matching --------------------------------------------------------------
+    def _note_hosts(self, line: str) -> None:
+        if len(self._seen_hosts) < 64:
+            for match in re.finditer(r"\bip=([0-9A-Fa-f.:]+)", line):
+                self._seen_hosts.add(match.group(1))
+
+    def _examine(self, line: str, number: int, prev: str) -> bool:
+        text, host, source, _level, repeated, headed = normalize(line)
+        host = self.context.host_name(host or self._path_host)
+        matched = self._match(text, number, host, source, repeated)
+        if not matched and not headed and prev and not self._prev_matched:
+            # Terminal-wrapped continuation: join it to the line before and keep only
+            # matches that cross the seam (the halves were looked at already).
+            prev_text, prev_host, prev_source, _l, prev_repeated, _h = normalize(prev)
+            joined = prev_text.rstrip("\n") + text
+            seam = len(prev_text)
+            for rule in RULES:
+                found = rule.pattern.search(joined)
+                if found and found.start() < seam < found.end():
+                    self._record(
+                        rule,
+                        found,
+                        joined,
+                        self._prev_number,
+                        self.context.host_name(prev_host or self._path_host),
+                        prev_source,
+                        prev_repeated,
+                    )
+                    break
+        self._markers(text, number, source)
+        return matched
+
+    def _match(self, text: str, number: int, host: str | None, source: str | None, repeated: int) -> bool:
+        for rule in RULES:
+            found = rule.pattern.search(text)
+            if found:
+                self._record(rule, found, text, number, host, source, repeated)
+                return True
+        return False
+
+    def _record(
+        self,
+        rule: Rule,
+        found: re.Match[str],
+        text: str,
+        number: int,
+        host: str | None,
+        source: str | None,
+        repeated: int,
+    ) -> None:
+        groups = found.groups()
+        if rule.finding == "ray_oom_kill" and rule.kind == "usage" and groups[0]:
+            # Ray names the node whose memory ran out; that is the host that matters.
+            host = self.context.host_name(groups[0])
+        during_capture = self._capture_active and source not in self._capture_finished
+        event = _Event(
+            rule.finding,
+            rule.severity,
+            rule.kind,
+            number,
+            text,
+            host,
+            self._path,
+            groups,
+            repeated,
+            during_capture,
+        )
+        if rule.finding == "_oom":
+            self._record_oom(event)
+        elif rule.finding == "_socket_fallback":
+            if len(self._socket_fallback) < MAX_EVIDENCE:
+                self._socket_fallback.append(event)
+        else:
+            self._add(event)
+
+    def _record_oom(self, event: _Event) -> None:
+        near = any(event.line - frame <= _CAPTURE_WINDOW for frame in self._capture_frames)
+        event.during_capture = event.during_capture or near
+        if len(self._oom_events) < 256:
+            self._oom_events.append(event)
+            if not event.during_capture:
+                self._pending_oom.append(event)
+        else:
+            # Bounded memory: past 256 OOM lines only the count grows.
+            self._add(
+                _Event(
+                    "cuda_oom",
+                    event.severity,
+                    event.kind,
+                    event.line,
+                    event.text,
+                    event.host,
+                    event.path,
+                    event.groups,
+                    event.repeated,
+                )
+            )
+
+    def _markers(self, text: str, number: int, source: str | None) -> None:
+        if _CAPTURE_START.search(text):
+            self._capture_active = True
+            self._capture_finished.clear()
+        if _CAPTURE_FRAME.search(text):
+            self._capture_frames.append(number)
+            # A traceback printed after its exception line (Ray's format): the OOM
+            # just above belongs to the capture too.
+            for event in self._pending_oom:
+                if 0 <= number - event.line <= _CAPTURE_WINDOW and event.path == self._path:
+                    event.during_capture = True
+        if _CAPTURE_END.search(text):
+            if source is None or "graph capturing finished" not in text.lower():
+                self._capture_active = False
+            else:
+                self._capture_finished.add(source)
+        for key, pattern, pick in _FACTS:
+            found = pattern.search(text)
+            if found:
+                value = float(found.group(1).replace(",", ""))
+                if key == "kv_cache_tokens":
+                    value = int(value)
+                self.memory[key] = pick(self.memory[key], value) if key in self.memory else value
+
+    def _add(self, event: _Event) -> None:
+        finding = self.findings.get(event.finding)
+        if finding is None:
+            finding = self.findings[event.finding] = _Finding(event.finding)
+        finding.add(event)
+
+    # -- output ----------------------------------------------------------------
+    def finish(self) -> dict[str, Any]:
+        """Resolve pending classifications, apply the precedence table, and report."""
+        for event in self._oom_events:
+            event.finding = "cuda_graph_capture_oom" if event.during_capture else "cuda_oom"
+            self._add(event)
+        self._oom_events.clear()
+        multi_node = len(self._seen_hosts) > 1 or len(self.context.hosts) > 1
+        if multi_node:
+            for event in self._socket_fallback:
+                event.finding = "nccl_ib_error"
+                self._add(event)
+
+        present = set(self.findings)
+        explained_by: dict[str, list[str]] = {}
+        for cause in FINDING_IDS:
+            if cause not in present:
+                continue
+            for effect in _EXPLAINS[cause]:
+                if effect in present:
+                    explained_by.setdefault(effect, []).append(cause)
+
+        findings = []
+        explained = []
+        for finding_id in sorted(present, key=_ORDER.__getitem__):
+            acc = self.findings[finding_id]
+            causes = explained_by.get(finding_id, [])
+            hidden = bool(causes) and finding_id in WRAPPERS
+            if causes:
+                explained.append({"id": finding_id, "explained_by": causes, "reported": not hidden})
+            if hidden:
+                continue
+            summary = _SUMMARIES[finding_id](acc, self)
+            if causes:
+                summary += f" Probably a consequence of {', '.join(causes)} (reported above)."
+            findings.append(
+                {
+                    "id": finding_id,
+                    "severity": acc.severity,
+                    "summary": summary,
+                    "fix": _fix(finding_id, acc, self),
+                    "evidence": list(acc.evidence),
+                }
+            )
+        return {
+            "findings": findings,
+            "root_cause": findings[0]["id"] if findings and findings[0]["severity"] == "error" else None,
+            "explained": explained,
+            "memory": dict(self.memory),
+            "lines_read": self.lines_read,
+            "paths": list(self.paths),
+        }
+
+
+# -- summaries ---------------------------------------------------------------
+
+
+def _where(acc: _Finding) -> str:
+    if not acc.hosts:
+        return ""
+    if len(acc.hosts) == 1:
+        return f" on {acc.hosts[0]}"
+    return " on " + ", ".join(acc.hosts[:4]) + (" and more" if len(acc.hosts) > 4 else "")
+
+
+def _times(acc: _Finding) -> str:
+    return f" ({acc.count} log lines)" if acc.count > 1 else ""
+
+
+def _sum_ray_oom(acc: _Finding, scanner: Scanner) -> str:
+    text = f"Ray's memory monitor killed a worker{_where(acc)}"
+    usage = acc.kinds.get("usage")
+    legacy = acc.kinds.get("legacy")
+    threshold = acc.kinds.get("threshold")
+    if usage:
+        address, used, total, fraction, limit = usage
+        text += (
+            f": node {address} used {used} / {total} GB ({float(fraction):.2%}), over the threshold {limit}"
+        )
+        text += (
+            "." + scanner.context.describe_address(address) if address in scanner.context.addresses else "."
+        )
+    elif legacy and legacy[0]:
+        pct, node, used, total = legacy[:4]
+        text += f": more than {pct}% of the memory on {node} was used ({used} / {total} GB)."
+    elif threshold:
+        text += f": memory use exceeded the threshold {threshold[0]}."
+    else:
+        text += "."
+    if acc.during_capture:
+        text += " It happened during CUDA graph capture, a transient peak after the weights loaded."
+    kv = scanner.memory.get("available_kv_cache_gib")
+    if kv is not None:
+        text += f" vLLM had already reported {kv} GiB of KV cache, so the model itself fit."
+    text += (
+        " On unified memory (DGX Spark) GPU allocations count as host memory, so Ray sees vLLM's claim;"
+        " vLLM then only says that the engine failed."
+    )
+    return text
+
+
+def _sum_graph_oom(acc: _Finding, scanner: Scanner) -> str:
+    text = f"CUDA ran out of memory while capturing CUDA graphs{_where(acc)}{_times(acc)}."
+    kv = scanner.memory.get("available_kv_cache_gib")
+    if kv is not None:
+        text += f" The weights and the KV cache ({kv} GiB) were allocated; the capture needed more on top."
+    return text
+
+
+def _sum_startup(acc: _Finding, scanner: Scanner) -> str:
+    short = acc.kinds.get("free_less")
+    profiling = acc.kinds.get("profiling")
+    if short and short[0] is not None:
+        free, total, util, want = short
+        return (
+            f"vLLM found only {free} of {total} GiB free at startup{_where(acc)}, less than the "
+            f"{want} GiB that gpu_memory_utilization {util} asks for: another process holds memory."
+        )
+    if profiling and profiling[0] is not None:
+        return (
+            f"Free memory changed while vLLM profiled{_where(acc)} (from {profiling[0]} to {profiling[1]} "
+            "GiB): another process allocated or released memory during startup."
+        )
+    return f"Free memory at startup is less than the desired GPU memory utilization{_where(acc)}."
+
+
+def _sum_kv(acc: _Finding, scanner: Scanner) -> str:
+    parts = []
+    max_len = acc.kinds.get("max_len")
+    tokens = acc.kinds.get("max_len_tokens")
+    negative = acc.kinds.get("negative")
+    if acc.kinds.get("no_blocks") is not None:
+        parts.append("vLLM had no memory left for KV cache blocks after loading the weights")
+    if negative is not None:
+        parts.append(f"vLLM computed {negative[0]} GiB available for the KV cache")
+    if max_len and max_len[0] is not None:
+        parts.append(
+            f"the max model length {max_len[0]} needs {max_len[1]} GiB of KV cache but only {max_len[2]} GiB "
+            "is available"
+        )
+    elif max_len:
+        parts.append("the KV cache is too small for one request of the max model length")
+    if tokens:
+        parts.append(f"the max model length {tokens[0]} exceeds the {tokens[1]} tokens the KV cache can hold")
+    estimate = acc.kinds.get("estimate")
+    if estimate:
+        parts.append(f"vLLM estimates a max model length of {estimate[0]} would fit")
+    if not parts:
+        parts.append("the KV cache is too small")
+    return f"KV cache insufficient{_where(acc)}: " + "; ".join(parts) + "."
+
+
+def _sum_cuda_oom(acc: _Finding, scanner: Scanner) -> str:
+    kinds = set(acc.kinds)
+    if kinds <= {"kernel", "earlyoom"}:
+        text = f"The host ran out of memory{_where(acc)} and the kernel or earlyoom killed a process"
+        kernel = acc.kinds.get("kernel")
+        if kernel:
+            text += f" (pid {kernel[0]}, {kernel[1]})"
+        return text + "; on unified memory this is the GPU running out too."
+    text = f"CUDA out of memory{_where(acc)}{_times(acc)}"
+    torch = acc.kinds.get("torch")
+    if torch and torch[0]:
+        text += f" (tried to allocate {torch[0]})"
+    return text + "."
+
+
+def _sum_ip(acc: _Finding, scanner: Scanner) -> str:
+    parts = []
+    node_ip = acc.kinds.get("node_ip")
+    if node_ip:
+        addresses = []
+        for item in acc.evidence:
+            found = re.search(r"IP address of ([0-9A-Za-z][\w.:-]*?),", item["text"])
+            if found and found.group(1) not in addresses:
+                addresses.append(found.group(1))
+        shown = ", ".join(addresses) or node_ip[0]
+        text = (
+            f"A Ray client registered with an address no local raylet uses ({shown}): Ray, vLLM and "
+            "torch.distributed disagree about this node's address."
+        )
+        for address in addresses[:4]:
+            text += scanner.context.describe_address(address)
+        parts.append(text)
+    if "unique_ip" in acc.kinds:
+        parts.append(
+            "vLLM saw several Ray nodes with the same IP address (VLLM_HOST_IP set alike on two nodes)."
+        )
+    if "driver_node" in acc.kinds:
+        parts.append(
+            "Ray placed no GPU on the node vLLM's driver runs on: VLLM_HOST_IP does not match the address "
+            "the head's raylet registered with."
+        )
+    gcs = acc.kinds.get("gcs")
+    if gcs:
+        parts.append(
+            f"A node could not reach Ray's GCS at {gcs[0]}." + scanner.context.describe_address(gcs[0] or "")
+        )
+    return " ".join(parts)
+
+
+def _sum_placement(acc: _Finding, scanner: Scanner) -> str:
+    parts = []
+    request = (acc.kinds.get("no_node_types") or acc.kinds.get("unschedulable") or (None,))[0]
+    if request:
+        parts.append(f"Ray cannot place the resource request {request}")
+        node = re.search(r"'node:([\d.]+)'", request)
+        if node:
+            parts.append(
+                f"it asks for the node with address {node.group(1)}, which Ray does not have"
+                + scanner.context.describe_address(node.group(1)).rstrip(".")
+            )
+    elif "no_node_types" in acc.kinds or "timeout" in acc.kinds:
+        parts.append("Ray cannot form vLLM's placement group")
+    if "waiting" in acc.kinds:
+        parts.append(f"vLLM waited {acc.kinds['waiting'][0]} s for its placement group")
+    if "no_gpu" in acc.kinds:
+        parts.append("the node vLLM runs on has no GPU in Ray")
+    too_few = acc.kinds.get("too_few")
+    if too_few:
+        if too_few[0]:
+            parts.append(f"tensor parallel size {too_few[0]} exceeds the {too_few[1]} GPUs available")
+        else:
+            parts.append("more GPUs were requested than the cluster offers")
+    tp = scanner.context.settings.get("sparkops_tensor_parallel_size")
+    if tp:
+        parts.append(f"sparkops_tensor_parallel_size is {tp}")
+    return f"Placement unsatisfiable{_where(acc)}: " + "; ".join(parts) + "."
+
+
+def _sum_socket(acc: _Finding, scanner: Scanner) -> str:
+    connect = acc.kinds.get("connect")
+    if connect and connect[0]:
+        peer = re.sub(r"<\d+>$", "", connect[0])
+        why = f" ({connect[1].strip()})" if len(connect) > 1 and connect[1] else ""
+        text = f"NCCL could not open a TCP connection{_where(acc)} to {peer}{why}."
+        return text + scanner.context.describe_address(peer)
+    if "no_interface" in acc.kinds:
+        return f"NCCL found no socket interface{_where(acc)}: NCCL_SOCKET_IFNAME names no usable interface."
+    if "connect" in acc.kinds:
+        return f"NCCL's socket connections failed{_where(acc)}."
+    return f"NCCL reported a remote error{_where(acc)}: a peer rank vanished or the network dropped."
+
+
+def _sum_ib(acc: _Finding, scanner: Scanner) -> str:
+    ibv = acc.kinds.get("ibv")
+    parts = []
+    if ibv:
+        errno = f" with errno {ibv[1]}" if len(ibv) > 1 and ibv[1] else ""
+        parts.append(f"NCCL's RDMA setup failed{_where(acc)}: {ibv[0]}{errno}")
+        if ibv[0] == "ibv_modify_qp":
+            parts.append(
+                "queue pair setup between the nodes timed out, typically a wrong RoCE GID index or HCA"
+            )
+    if "completion" in acc.kinds:
+        parts.append(f"RDMA completions failed{_where(acc)} (the link or the peer dropped)")
+    if "net_ib" in acc.kinds and not parts:
+        parts.append(f"NCCL's NET/IB transport reported errors{_where(acc)}")
+    if "no_ib" in acc.kinds or "socket" in acc.kinds:
+        parts.append("NCCL found no usable RoCE device on a multi-node run and fell back to TCP sockets")
+    return "; ".join(parts) + "."
+
+
+def _sum_gloo(acc: _Finding, scanner: Scanner) -> str:
+    parts = []
+    no_address = acc.kinds.get("no_address")
+    if no_address:
+        parts.append(f"Gloo found no address on interface {no_address[0]}{_where(acc)} (GLOO_SOCKET_IFNAME)")
+    connect = acc.kinds.get("connect")
+    if connect:
+        parts.append(f"Gloo could not connect to {connect[0]}:{connect[1]} ({connect[2]})")
+        if connect[0].startswith("127."):
+            parts.append("a loopback address: the host name resolves to 127.x, not the RoCE address")
+        parts.append(scanner.context.describe_address(connect[0]).strip())
+    c10d = acc.kinds.get("c10d")
+    if c10d:
+        parts.append(f"torch.distributed could not reach its rendezvous at {c10d[0]}:{c10d[1]}")
+        parts.append(scanner.context.describe_address(c10d[0]).strip())
+    if "full_mesh" in acc.kinds:
+        parts.append("Gloo could not connect its full mesh between the ranks")
+    return "; ".join(part for part in parts if part) + "."
+
+
+def _sum_timeout(acc: _Finding, scanner: Scanner) -> str:
+    watchdog = acc.kinds.get("watchdog")
+    if watchdog and watchdog[0]:
+        return (
+            f"NCCL's watchdog timed out a collective{_where(acc)}: {watchdog[0]} ran {watchdog[1]} ms; a peer "
+            "rank stopped answering."
+        )
+    if "setup" in acc.kinds:
+        return (
+            f"NCCL communicator setup timed out{_where(acc)} waiting for rank {acc.kinds['setup'][0]}'s id: "
+            "that rank never got there."
+        )
+    return (
+        f"NCCL's watchdog caught a collective operation timeout{_where(acc)}: a peer rank stopped answering."
+    )
+
+
+def _sum_driver(acc: _Finding, scanner: Scanner) -> str:
+    nvml = acc.kinds.get("nvml")
+    if nvml and nvml[0]:
+        reason = nvml[0].strip()
+        text = f"NVML cannot initialise{_where(acc)}: {reason}."
+        if "mismatch" in reason.lower():
+            text += " The loaded kernel module and the user-space driver differ (an update without reboot)."
+        return text
+    if "too_old" in acc.kinds:
+        return f"The NVIDIA driver{_where(acc)} is too old for the CUDA runtime in the image."
+    if "no_devices" in acc.kinds or "kernel" in acc.kinds or "gpu_lost" in acc.kinds:
+        return f"The driver is loaded{_where(acc)} but no GPU is usable (no devices, or the kernel module failed)."
+    if "container" in acc.kinds:
+        return f"The container runtime cannot reach the GPU{_where(acc)} (NVIDIA container toolkit)."
+    return f"nvidia-smi or CUDA cannot reach the NVIDIA driver{_where(acc)}."
+
+
+def _sum_engine(acc: _Finding, scanner: Scanner) -> str:
+    return (
+        f"vLLM's engine core failed to start{_where(acc)} and no root cause was found in this log; the "
+        "cause is usually in a worker's lines or another node's log."
+    )
+
+
+_SUMMARIES = {
+    "ray_oom_kill": _sum_ray_oom,
+    "cuda_graph_capture_oom": _sum_graph_oom,
+    "startup_memory_short": _sum_startup,
+    "kv_cache_insufficient": _sum_kv,
+    "cuda_oom": _sum_cuda_oom,
+    "ray_node_ip_mismatch": _sum_ip,
+    "ray_placement_unsatisfiable": _sum_placement,
+    "nccl_socket_connect_failed": _sum_socket,
+    "nccl_ib_error": _sum_ib,
+    "gloo_interface": _sum_gloo,
+    "nccl_collective_timeout": _sum_timeout,
+    "nvidia_driver_unavailable": _sum_driver,
+    "engine_core_init_failed": _sum_engine,
+}
+
+
+def _fix(finding_id: str, acc: _Finding, scanner: Scanner) -> str:
+    fix = _FIXES[finding_id]
+    plan = scanner.context.memory_plan
+    memory_ids = {"ray_oom_kill", "cuda_graph_capture_oom", "startup_memory_short", "cuda_oom"}
+    if finding_id in memory_ids and plan:
+        recommended = plan.get("gpu_memory_utilization")
+        if plan.get("fits") is False:
+            fix += (
+                f" The memory plan already predicted this: peak {plan.get('peak_gib')} GiB over the limit "
+                f"{plan.get('limit_gib')} GiB."
+            )
+        if recommended is not None:
+            fix += f" The memory plan recommends gpu_memory_utilization {recommended}."
+    current = scanner.context.settings.get("sparkops_gpu_memory_utilization")
+    if finding_id in memory_ids and current is not None:
+        fix += f" sparkops_gpu_memory_utilization is set to {current} now."
+    if finding_id == "kv_cache_insufficient":
+        estimate = acc.kinds.get("estimate")
+        if estimate:
+            fix += f" vLLM estimates `sparkops_max_model_len: {estimate[0]}` fits as things are."
+    return fix
+
+
+# -- entry points ------------------------------------------------------------
+
+
+def diagnose_lines(lines: Iterable[str], context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Diagnose an iterable of physical lines (one log)."""
+    scanner = Scanner(context)
+    scanner.start_path(None)
+    scanner.feed_lines(lines)
+    return scanner.finish()
+
+
+def diagnose_text(content: str, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Diagnose a log held in a string."""
+    return diagnose_lines(content.split("\n"), context)
+
+
+def diagnose_paths(paths: Iterable[str], context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Diagnose one or more log files, streaming each; findings span all files.
+
+    Evidence items carry ``path`` so lines from different files stay apart; a file
+    given in ``context.path_hosts`` lends its host to lines that name none.
+    """
+    scanner = Scanner(context)
+    for path in paths:
+        scanner.start_path(str(path))
+        scanner.feed_lines(iter_path_lines(str(path)))
+    return scanner.finish()
+
+
+def format_report(result: Mapping[str, Any]) -> str:
+    """A readable report of a diagnosis result."""
+    findings = result.get("findings") or []
+    out = []
+    if not findings:
+        out.append(f"No findings in {result.get('lines_read', 0)} lines.")
+    for number, finding in enumerate(findings, 1):
+        out.append(f"{number}. [{finding['severity'].upper()}] {finding['id']}")
+        out.append(f"   {finding['summary']}")
+        out.append(f"   Fix: {finding['fix']}")
+        for item in finding["evidence"]:
+            where = f"{item['path']}:" if item.get("path") else "line "
+            host = f" [{item['host']}]" if item.get("host") else ""
+            out.append(f"     {where}{item['line']}{host}: {item['text'][:200]}")
+    for item in result.get("explained") or []:
+        if not item["reported"]:
+            out.append(f"(hidden: {item['id']}, explained by {', '.join(item['explained_by'])})")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m ...module_utils._diagnose FILE... [--json] [--context FILE]``.
+
+    Exits 1 when an error-severity finding is present, 0 otherwise, so scripts can
+    branch on it.
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m ansible_collections.sparkops.vllm.plugins.module_utils._diagnose",
+        description="Find the root cause of a failed vLLM / Ray / NCCL start in its logs.",
+    )
+    parser.add_argument("paths", nargs="+", metavar="FILE", help="log files ('-' reads standard input)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--context", metavar="FILE", help="JSON file with the context (hosts, memory_plan)")
+    args = parser.parse_args(argv)
+    context = None
+    if args.context:
+        with open(args.context, encoding="utf-8") as handle:
+            context = json.load(handle)
+    if args.paths == ["-"]:
+        result = diagnose_lines(sys.stdin, context)
+    else:
+        result = diagnose_paths(args.paths, context)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_report(result))
+    return 1 if any(item["severity"] == "error" for item in result["findings"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
