@@ -382,17 +382,18 @@ def _recommend(t: _Terms) -> float | None:
     return None
 
 
-def _evaluate(t: _Terms, u: float) -> dict:
+def _evaluate(t: _Terms, u: float, margin: float = 0.0) -> dict:
+    """Checks at ``u``; a recommendation also keeps ``margin`` under the limit."""
     claim = u * t.total
     kv = claim - t.in_claim
     peak = t.outside_claim + claim
     checks = {
-        "peak": peak <= t.limit + 1e-9,
+        "peak": peak + margin <= t.limit + 1e-9,
         "startup": claim <= t.startup_room + 1e-9,
         "kv": kv > 0 and kv + 1e-9 >= t.kv_need,
         "host": _host_fits(t),
     }
-    return {"claim": claim, "kv": kv, "peak": peak, "checks": checks}
+    return {"claim": claim, "kv": kv, "peak": peak, "checks": checks, "margin": margin}
 
 
 def _r(value: float | None) -> float | None:
@@ -591,7 +592,7 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
     else:
         # Nothing fits: show the plan at the least utilization that still leaves the KV needed.
         u = min(1.0, max(0.01, lower))
-    ev = _evaluate(t, u)
+    ev = _evaluate(t, u, 0.0 if inp.gpu_memory_utilization is not None else t.margin)
     fits = all(ev["checks"].values())
     bpt = planner.bytes_per_token()
     kv_bytes = max(0, int(ev["kv"] * GIB))
@@ -674,10 +675,15 @@ def _reasons(inp, t: _Terms, u, ev, *, recommended, bounds) -> list[str]:
     reasons: list[str] = []
     checks = ev["checks"]
     where = "graph-capture peak" if t.graph_out > 0 else "peak"
-    if not checks["peak"]:
+    if not checks["peak"] and ev["peak"] > t.limit:
         reasons.append(
             f"the {where} of {ev['peak']:.2f} GiB is over {_limit_words(t)} by {ev['peak'] - t.limit:.2f} GiB"
             + (": Ray's memory monitor would kill a worker during startup" if t.unified and t.monitor else "")
+        )
+    elif not checks["peak"]:
+        reasons.append(
+            f"the {where} of {ev['peak']:.2f} GiB leaves less than the {ev['margin']:.2f} GiB safety margin "
+            f"under {_limit_words(t)}"
         )
     if not checks["startup"]:
         reasons.append(
@@ -797,7 +803,7 @@ def _vllm_args(inp, u: float, kv_bytes: int) -> tuple[list[str], list[str]]:
 def _shortfall(t: _Terms, ev) -> float:
     gaps = [0.0]
     if not ev["checks"]["peak"]:
-        gaps.append(ev["peak"] - t.limit)
+        gaps.append(ev["peak"] + ev["margin"] - t.limit)
     if not ev["checks"]["startup"]:
         gaps.append(ev["claim"] - t.startup_room)
     if not ev["checks"]["kv"]:
