@@ -1,0 +1,681 @@
+"""Stage 0 (playbooks/validate.yml) against real inventories, through ansible-playbook.
+
+Every case writes an inventory whose hosts are reachable only through a
+tripwire: ``ansible_ssh_executable`` points at a script that leaves a marker
+file and exits 255. Validation must never touch it, pass or fail. The baseline
+inventory passes; each bad case changes it in one way and expects the one
+failure to name the host, the variable, the value and the fix.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = ROOT / "playbooks" / "validate.yml"
+ANSIBLE_PLAYBOOK = ROOT / ".venv" / "bin" / "ansible-playbook"
+ANSIBLE_VAULT = ROOT / ".venv" / "bin" / "ansible-vault"
+SAMPLE = ROOT / "inventory" / "sample"
+ROLE = ROOT / "roles" / "validate"
+# The messages write products with the multiplication sign.
+TIMES = "\u00d7"
+
+SETTINGS = {
+    "sparkops_cluster_name": "spark-vllm",
+    "sparkops_gpus_per_node": 1,
+    "sparkops_tensor_parallel_size": 2,
+    "sparkops_pipeline_parallel_size": 1,
+    "sparkops_model_id": "Qwen/Qwen3.5-122B-A10B-FP8",
+    "sparkops_model_path": "/srv/models/Qwen3.5-122B-A10B-FP8",
+    "sparkops_served_model_name": "qwen3.5-122b",
+    "sparkops_max_model_len": 32768,
+    "sparkops_gpu_memory_utilization": None,
+    "sparkops_cuda_graphs": True,
+    "sparkops_ray_memory_monitor": True,
+    "sparkops_ray_memory_threshold": 0.95,
+    "sparkops_vllm_version": "0.17.1",
+    "sparkops_api_key": "",
+    "sparkops_hf_token": None,
+}
+
+
+def baseline():
+    """Two Sparks as in inventory/sample, in one file."""
+    return {
+        "all": {
+            "vars": copy.deepcopy(SETTINGS),
+            "children": {
+                "cluster": {
+                    "vars": {
+                        "sparkops_ib_subnet": "192.168.200.0/24",
+                        "ib_interface": "enp1s0f1np1",
+                        "ib_mtu": 9000,
+                    },
+                    "children": {
+                        "head": {
+                            "hosts": {
+                                "spark-1": {"ansible_host": "10.1.230.180", "ib_address": "192.168.200.12"}
+                            }
+                        },
+                        "workers": {
+                            "hosts": {
+                                "spark-2": {"ansible_host": "10.1.230.181", "ib_address": "192.168.200.13"}
+                            }
+                        },
+                    },
+                }
+            },
+        }
+    }
+
+
+# -- mutations of the baseline ------------------------------------------------
+
+
+def _cluster(inv):
+    return inv["all"]["children"]["cluster"]
+
+
+def _host(inv, name):
+    def walk(group):
+        hosts = group.get("hosts") or {}
+        if name in hosts:
+            return hosts[name]
+        for child in (group.get("children") or {}).values():
+            found = walk(child or {})
+            if found is not None:
+                return found
+        return None
+
+    found = walk(inv["all"])
+    assert found is not None, f"{name} is not in the inventory"
+    return found
+
+
+def setting(name, value):
+    def mutate(inv):
+        inv["all"]["vars"][name] = value
+
+    return mutate
+
+
+def cluster_var(name, value):
+    def mutate(inv):
+        _cluster(inv)["vars"][name] = value
+
+    return mutate
+
+
+def host_var(host, name, value):
+    def mutate(inv):
+        _host(inv, host)[name] = value
+
+    return mutate
+
+
+def drop_host_var(host, name):
+    def mutate(inv):
+        _host(inv, host).pop(name)
+
+    return mutate
+
+
+def group_hosts(group, hosts):
+    """Put exactly these hosts (name -> vars) in a child group of cluster."""
+
+    def mutate(inv):
+        _cluster(inv)["children"][group] = {"hosts": copy.deepcopy(hosts)}
+
+    return mutate
+
+
+def cluster_hosts(hosts):
+    """Hosts directly in cluster, in neither head nor workers."""
+
+    def mutate(inv):
+        _cluster(inv)["hosts"] = copy.deepcopy(hosts)
+
+    return mutate
+
+
+def compose(*mutations):
+    def mutate(inv):
+        for mutation in mutations:
+            mutation(inv)
+
+    return mutate
+
+
+SPARK_1 = {"ansible_host": "10.1.230.180", "ib_address": "192.168.200.12"}
+SPARK_2 = {"ansible_host": "10.1.230.181", "ib_address": "192.168.200.13"}
+SPARK_3 = {"ansible_host": "10.1.230.182", "ib_address": "192.168.200.14"}
+
+# id, mutation, number of problems reported, fragments of the failure message.
+BAD = [
+    (
+        "two_heads",
+        compose(group_hosts("head", {"spark-1": SPARK_1, "spark-2": SPARK_2}), group_hosts("workers", {})),
+        1,
+        [
+            "spark-1, spark-2: group 'head' has 2 hosts (spark-1, spark-2); it needs exactly one.",
+            "Fix: keep spark-1 in head and move spark-2 to workers",
+        ],
+    ),
+    (
+        "no_head",
+        compose(
+            group_hosts("head", {}),
+            group_hosts("workers", {"spark-1": SPARK_1, "spark-2": SPARK_2}),
+        ),
+        1,
+        ["inventory: group 'head' has no host; it needs exactly one.", "Fix: put the node"],
+    ),
+    (
+        "host_in_neither_head_nor_workers",
+        compose(cluster_hosts({"spark-3": SPARK_3}), setting("sparkops_tensor_parallel_size", 3)),
+        1,
+        [
+            "spark-3: is in group cluster but in neither head nor workers",
+            "Fix: add spark-3 to workers (or to head)",
+        ],
+    ),
+    (
+        "host_in_head_and_workers",
+        group_hosts("workers", {"spark-1": {}, "spark-2": SPARK_2}),
+        1,
+        ["spark-1: is in both head and workers.", "Fix: remove spark-1 from one of the two groups"],
+    ),
+    (
+        "missing_ib_address",
+        drop_host_var("spark-2", "ib_address"),
+        1,
+        [
+            "spark-2: ib_address is not set.",
+            "Fix: give spark-2 its address on the RoCE link in 192.168.200.0/24 "
+            "in hosts.yml or host_vars/spark-2.yml",
+        ],
+    ),
+    (
+        "duplicate_ib_address",
+        host_var("spark-2", "ib_address", "192.168.200.12"),
+        1,
+        [
+            "spark-1, spark-2: share ib_address '192.168.200.12'",
+            "Fix: give each of spark-1, spark-2 a different address in 192.168.200.0/24",
+        ],
+    ),
+    (
+        "ib_address_outside_subnet",
+        host_var("spark-2", "ib_address", "192.168.100.13"),
+        1,
+        [
+            "spark-2: ib_address '192.168.100.13' is outside sparkops_ib_subnet 192.168.200.0/24. "
+            "Fix: give spark-2 an address in 192.168.200.0/24 in hosts.yml or host_vars/spark-2.yml",
+        ],
+    ),
+    (
+        "host_vars_typos",
+        compose(
+            host_var("spark-1", "ib_address", "192.168.200.12/24"),
+            host_var("spark-1", "ib_interface", "enp1s0f1np1 "),
+            host_var("spark-2", "ib_address", "spark-2-ib"),
+        ),
+        3,
+        [
+            "spark-1: ib_address '192.168.200.12/24' is not an IP address: it carries a prefix.",
+            "Fix: write the bare address '192.168.200.12'",
+            "spark-1: ib_interface 'enp1s0f1np1 ' is not a valid Linux interface name",
+            "spark-2: ib_address 'spark-2-ib' is not an IP address.",
+            "e.g. 192.168.200.1",
+        ],
+    ),
+    (
+        "ib_address_network_and_broadcast",
+        compose(
+            host_var("spark-1", "ib_address", "192.168.200.0"),
+            host_var("spark-2", "ib_address", "192.168.200.255"),
+        ),
+        2,
+        [
+            "spark-1: ib_address '192.168.200.0' is the network address of 192.168.200.0/24",
+            "spark-2: ib_address '192.168.200.255' is the broadcast address of 192.168.200.0/24",
+            "Fix: give spark-2 an address from 192.168.200.1 to 192.168.200.254",
+        ],
+    ),
+    (
+        "ib_address_is_the_management_address",
+        host_var("spark-1", "ib_address", "10.1.230.180"),
+        1,
+        [
+            "spark-1: ib_address '10.1.230.180' is the management address (ansible_host)",
+            "Fix: set ib_address to spark-1's address on the RoCE link in 192.168.200.0/24",
+        ],
+    ),
+    (
+        "subnet_not_a_cidr",
+        cluster_var("sparkops_ib_subnet", "192.168.200.0"),
+        1,
+        [
+            "cluster: sparkops_ib_subnet '192.168.200.0' is not a CIDR (network/prefix).",
+            "e.g. sparkops_ib_subnet: 192.168.200.0/24",
+        ],
+    ),
+    (
+        "subnet_with_host_bits",
+        cluster_var("sparkops_ib_subnet", "192.168.200.1/24"),
+        1,
+        [
+            "cluster: sparkops_ib_subnet '192.168.200.1/24' has host bits set",
+            "Fix: write sparkops_ib_subnet: 192.168.200.0/24",
+        ],
+    ),
+    (
+        "ib_interface_missing_or_an_rdma_device",
+        compose(cluster_var("ib_interface", ""), host_var("spark-1", "ib_interface", "rocep1s0f1")),
+        2,
+        [
+            "spark-1: ib_interface 'rocep1s0f1' is an RDMA device name, not a network interface",
+            "Fix: use the interface that `ibdev2netdev` maps rocep1s0f1 to",
+            "spark-2: ib_interface is not set. Fix: set it to the network interface of the RoCE port",
+        ],
+    ),
+    (
+        "mtu_mismatch",
+        host_var("spark-2", "ib_mtu", 1500),
+        1,
+        [
+            "spark-1, spark-2: ib_mtu differs between nodes (spark-1=9000, spark-2=1500)",
+            "Fix: use one MTU on every node: set ib_mtu once in group_vars/cluster/network.yml",
+        ],
+    ),
+    (
+        "mtu_out_of_range_and_quoted",
+        compose(cluster_var("ib_mtu", 9600), host_var("spark-2", "ib_mtu", "9600")),
+        2,
+        [
+            "spark-1: ib_mtu 9600 is outside 576..9216. Fix: use 9000",
+            "spark-2: ib_mtu is the string '9600', not an integer. Fix: write it unquoted: ib_mtu: 9600",
+        ],
+    ),
+    (
+        "parallelism_does_not_match_gpus",
+        setting("sparkops_tensor_parallel_size", 4),
+        1,
+        [
+            f"cluster: sparkops_tensor_parallel_size {TIMES} sparkops_pipeline_parallel_size "
+            f"= 4 {TIMES} 1 = 4, "
+            f"but the cluster has 2 GPUs (2 nodes {TIMES} sparkops_gpus_per_node 1).",
+            "Fix: set the product to 2, e.g. sparkops_tensor_parallel_size: 2 "
+            "and sparkops_pipeline_parallel_size: 1",
+            "or change the inventory to 4 nodes (4 GPUs at 1 per node)",
+        ],
+    ),
+    (
+        "fractions_out_of_range",
+        compose(
+            setting("sparkops_gpu_memory_utilization", 1.5), setting("sparkops_ray_memory_threshold", 1.0)
+        ),
+        2,
+        [
+            "cluster: sparkops_gpu_memory_utilization 1.5 is outside (0, 1]",
+            "Fix: set a fraction such as 0.85, or null to let the memory plan recommend one",
+            "cluster: sparkops_ray_memory_threshold 1.0 is outside (0, 1)",
+            "Fix: use a fraction such as 0.95",
+        ],
+    ),
+    (
+        "numbers_and_strings_swapped",
+        compose(setting("sparkops_gpu_memory_utilization", "0.9"), setting("sparkops_vllm_version", 0.1)),
+        2,
+        [
+            "cluster: sparkops_gpu_memory_utilization is the string '0.9', not a number.",
+            "Fix: write it unquoted: sparkops_gpu_memory_utilization: 0.9",
+            "cluster: sparkops_vllm_version is the number 0.1, not a string",
+            'Fix: quote it, e.g. sparkops_vllm_version: "0.17.1"',
+        ],
+    ),
+    (
+        "model_settings_missing",
+        compose(
+            setting("sparkops_model_path", "models/qwen"),
+            setting("sparkops_model_id", ""),
+            setting("sparkops_served_model_name", ""),
+            setting("sparkops_max_model_len", 0),
+        ),
+        4,
+        [
+            "cluster: sparkops_model_path 'models/qwen' is relative; it must be absolute",
+            "cluster: sparkops_model_id is empty. Fix: set the Hugging Face repository id",
+            "cluster: sparkops_served_model_name '' is empty or contains whitespace",
+            "cluster: sparkops_max_model_len 0 is not a positive integer.",
+        ],
+    ),
+    (
+        "model_path_empty_and_max_len_quoted",
+        compose(setting("sparkops_model_path", ""), setting("sparkops_max_model_len", "32768")),
+        2,
+        [
+            "cluster: sparkops_model_path is empty. Fix: set the absolute path of the model directory",
+            "cluster: sparkops_max_model_len is the string '32768', not an integer. "
+            "Fix: write it unquoted: sparkops_max_model_len: 32768 (group_vars/all/model.yml)",
+        ],
+    ),
+    (
+        "boolean_given_as_string",
+        compose(setting("sparkops_cuda_graphs", "false"), setting("sparkops_ray_memory_monitor", "no")),
+        2,
+        [
+            "cluster: sparkops_cuda_graphs is the string 'false', not a boolean; "
+            "Jinja treats every non-empty string as true",
+            "Fix: write it unquoted: sparkops_cuda_graphs: false (group_vars/all/memory.yml)",
+            "Fix: write it unquoted: sparkops_ray_memory_monitor: false (group_vars/all/ray.yml)",
+        ],
+    ),
+    (
+        "cluster_name_invalid",
+        setting("sparkops_cluster_name", "Spark_VLLM"),
+        1,
+        ["cluster: sparkops_cluster_name 'Spark_VLLM' is not a valid name", "e.g. 'spark-vllm'"],
+    ),
+    (
+        "setting_missing_and_secret_of_wrong_type",
+        compose(
+            lambda inv: inv["all"]["vars"].pop("sparkops_served_model_name"),
+            setting("sparkops_api_key", 12345),
+        ),
+        2,
+        [
+            "cluster: sparkops_served_model_name is not set. "
+            "Fix: add sparkops_served_model_name: qwen3.5-122b",
+            "cluster: sparkops_api_key is a number, not a string",
+        ],
+    ),
+    (
+        "cluster_wide_setting_overridden_per_host",
+        host_var("spark-2", "sparkops_model_path", "/data/qwen"),
+        1,
+        [
+            'spark-2: sparkops_model_path has "/data/qwen" on spark-2 '
+            'but "/srv/models/Qwen3.5-122B-A10B-FP8" on spark-1',
+            "Fix: set it once in group_vars/all/model.yml "
+            "and remove the per-host value from spark-2's host vars",
+        ],
+    ),
+    (
+        "ib_prefix_leaves_out_a_peer",
+        host_var("spark-2", "ib_prefix", 32),
+        1,
+        [
+            "spark-2: ib_prefix 32 makes spark-2's on-link network 192.168.200.13/32, "
+            "which leaves out spark-1 (192.168.200.12)",
+            "Fix: remove ib_prefix to use the prefix of sparkops_ib_subnet (/24), or widen it",
+        ],
+    ),
+]
+
+
+@pytest.fixture
+def tripwire(tmp_path):
+    """An ssh stand-in that records any attempt to reach a host."""
+    marker = tmp_path / "host-contacted"
+    script = tmp_path / "tripwire"
+    script.write_text(f'#!/bin/sh\necho "$@" >> {marker}\nexit 255\n')
+    script.chmod(0o755)
+    return script, marker
+
+
+def arm(inventory, script):
+    """Give every host of the inventory the tripwire as its only way in."""
+
+    def walk(group):
+        for name, hostvars in list((group.get("hosts") or {}).items()):
+            group["hosts"][name] = {
+                **(hostvars or {}),
+                "ansible_connection": "ssh",
+                "ansible_ssh_executable": str(script),
+            }
+        for child in (group.get("children") or {}).values():
+            walk(child or {})
+
+    walk(inventory["all"])
+    return inventory
+
+
+def run_playbook(inventory_path, playbook=PLAYBOOK, *extra):
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        "ANSIBLE_NOCOLOR": "1",
+    }
+    return subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "-i", str(inventory_path), str(playbook), *extra],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def task_results(proc):
+    """(task name, result) for localhost, from the json callback."""
+    report = json.loads(proc.stdout)
+    return [
+        (task["task"]["name"], task["hosts"]["localhost"])
+        for play in report["plays"]
+        for task in play["tasks"]
+        if "localhost" in task["hosts"]
+    ]
+
+
+def failure(proc):
+    failed = [result for _, result in task_results(proc) if result.get("failed")]
+    assert len(failed) == 1, proc.stdout + proc.stderr
+    return failed[0]["msg"]
+
+
+def problems(msg):
+    return [line[2:] for line in msg.splitlines() if line.startswith("- ")]
+
+
+def write_inventory(tmp_path, inventory):
+    path = tmp_path / "hosts.yml"
+    path.write_text(yaml.safe_dump(inventory, sort_keys=False))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("mutate", "count", "fragments"), [case[1:] for case in BAD], ids=[case[0] for case in BAD]
+)
+def test_bad_inventory_fails_with_every_problem_named(tmp_path, tripwire, mutate, count, fragments):
+    script, marker = tripwire
+    inventory = baseline()
+    mutate(inventory)
+    proc = run_playbook(write_inventory(tmp_path, arm(inventory, script)))
+
+    assert proc.returncode != 0
+    assert not marker.exists(), f"validation contacted a host: {marker.read_text()}"
+    msg = failure(proc)
+    listed = problems(msg)
+    assert msg.startswith(
+        f"The inventory has {count} problem{'' if count == 1 else 's'}; no host was contacted"
+    ), msg
+    assert len(listed) == count, msg
+    for fragment in fragments:
+        assert fragment in msg, f"{fragment!r} not in:\n{msg}"
+
+
+def test_baseline_inventory_passes(tmp_path, tripwire):
+    script, marker = tripwire
+    proc = run_playbook(write_inventory(tmp_path, arm(baseline(), script)))
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not marker.exists()
+    [(_, result)] = [
+        (n, r) for n, r in task_results(proc) if n.endswith("Inventory is valid for a sparkops.vllm cluster")
+    ]
+    assert result["msg"].startswith(
+        f"Inventory OK: 2 nodes (head spark-1, workers spark-2), TP 2 {TIMES} PP 1"
+    ), result["msg"]
+
+
+def test_single_node_cluster_passes(tmp_path, tripwire):
+    script, marker = tripwire
+    inventory = baseline()
+    compose(group_hosts("workers", {}), setting("sparkops_tensor_parallel_size", 1))(inventory)
+    proc = run_playbook(write_inventory(tmp_path, arm(inventory, script)))
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not marker.exists()
+
+
+def copy_sample(tmp_path, script):
+    """inventory/sample with the tripwire added as host_vars (the sample itself is untouched)."""
+    inventory = tmp_path / "sample"
+    shutil.copytree(SAMPLE, inventory)
+    (inventory / "host_vars").mkdir()
+    for host in ("spark-1", "spark-2"):
+        (inventory / "host_vars" / f"{host}.yml").write_text(
+            yaml.safe_dump({"ansible_connection": "ssh", "ansible_ssh_executable": str(script)})
+        )
+    return inventory
+
+
+def test_sample_inventory_passes(tmp_path, tripwire):
+    script, marker = tripwire
+    proc = run_playbook(copy_sample(tmp_path, script) / "hosts.yml")
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not marker.exists()
+
+
+def test_vaulted_secret_needs_no_vault_password(tmp_path, tripwire):
+    """Stage 0 leaves vaulted values encrypted: no --vault-password-file here."""
+    script, marker = tripwire
+    inventory = copy_sample(tmp_path, script)
+    password = tmp_path / "vault-password"
+    password.write_text("not-a-real-password\n")
+    encrypted = subprocess.run(
+        [
+            str(ANSIBLE_VAULT),
+            "encrypt_string",
+            "--vault-password-file",
+            str(password),
+            "--name",
+            "sparkops_api_key",
+            "sk-test",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    secrets = inventory / "group_vars" / "all" / "secrets.yml"
+    text = secrets.read_text().replace('sparkops_api_key: ""\n', encrypted)
+    assert "!vault" in text
+    secrets.write_text(text)
+
+    proc = run_playbook(inventory / "hosts.yml")
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not marker.exists()
+
+
+def test_problems_are_sorted_and_reported_together(tmp_path, tripwire):
+    script, marker = tripwire
+    inventory = baseline()
+    compose(
+        host_var("spark-2", "ib_address", "192.168.100.13"),
+        host_var("spark-1", "ib_mtu", 1500),
+        setting("sparkops_gpu_memory_utilization", 0),
+        setting("sparkops_pipeline_parallel_size", 2),
+    )(inventory)
+    proc = run_playbook(write_inventory(tmp_path, arm(inventory, script)))
+
+    assert proc.returncode != 0
+    assert not marker.exists()
+    listed = problems(failure(proc))
+    assert listed == sorted(listed)
+    assert [line.split(":", 1)[0] for line in listed] == ["cluster", "cluster", "spark-1, spark-2", "spark-2"]
+
+
+def test_a_failed_validation_ends_the_run_before_later_stages(tmp_path, tripwire):
+    """deploy.yml imports this playbook first: its failure must stop every later play."""
+    script, marker = tripwire
+    wrapper = tmp_path / "deploy.yml"
+    wrapper.write_text(
+        yaml.safe_dump(
+            [
+                {"ansible.builtin.import_playbook": str(PLAYBOOK)},
+                {
+                    "name": "A later stage",
+                    "hosts": "cluster",
+                    "gather_facts": False,
+                    "tasks": [{"name": "Reach the node", "ansible.builtin.ping": {}}],
+                },
+            ]
+        )
+    )
+    bad = baseline()
+    host_var("spark-2", "ib_address", "192.168.200.12")(bad)
+    proc = run_playbook(write_inventory(tmp_path, arm(bad, script)), wrapper)
+    assert proc.returncode != 0
+    assert not marker.exists(), "a later play ran after stage 0 failed"
+
+    # The same wrapper with a good inventory does reach the hosts, through the
+    # tripwire: proof that the marker above would have caught a contact.
+    proc = run_playbook(write_inventory(tmp_path, arm(baseline(), script)), wrapper)
+    assert proc.returncode != 0
+    assert marker.exists()
+
+
+def test_argument_specs_mirror_the_defaults():
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"][
+        "options"
+    ]
+    assert set(options) == set(defaults)
+    for name, spec in options.items():
+        assert spec["default"] == defaults[name], name
+        assert spec["description"], name
+
+
+def test_sample_inventory_documents_every_setting_where_the_messages_point():
+    """Each fix message names the sample file of its setting; the sample must hold it there, commented."""
+    settings = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_validate_settings"]
+    expected = {s["name"]: s["file"] for s in settings}
+    expected.update(ib_interface="group_vars/cluster/network.yml", ib_mtu="group_vars/cluster/network.yml")
+
+    def is_setting(line):
+        return bool(line) and not line.startswith((" ", "#", "-")) and ":" in line
+
+    found = {}
+    for path in sorted((SAMPLE / "group_vars").rglob("*.yml")):
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if is_setting(line):
+                name = line.split(":", 1)[0]
+                assert name not in found, f"{name} is set twice in the sample"
+                found[name] = str(path.relative_to(SAMPLE))
+                # A setting opens with a comment, or follows one it shares it with.
+                above = number - 1
+                while above > 0 and is_setting(lines[above]):
+                    above -= 1
+                assert lines[above].startswith("#"), f"{name} in {path.name} has no comment above it"
+    for name, file in expected.items():
+        assert found.get(name) == file, f"{name}: expected in {file}, found in {found.get(name)}"
+
+    hosts = yaml.safe_load((SAMPLE / "hosts.yml").read_text())
+    assert set(hosts["cluster"]["children"]) == {"head", "workers"}
+    for group in ("head", "workers"):
+        for name, hostvars in hosts["cluster"]["children"][group]["hosts"].items():
+            assert {"ansible_host", "ib_address"} <= set(hostvars), name
