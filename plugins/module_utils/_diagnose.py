@@ -36,8 +36,10 @@ try:  # Imported as part of the collection (module, tests).
         iter_path_lines,
         normalize,
     )
+    from ansible_collections.sparkops.vllm.plugins.module_utils._vllm_memory_log import parse_memory_lines
 except ImportError:  # pragma: no cover - copied next to _log_lines.py on its own
     from _log_lines import clean_physical, iter_path_lines, normalize  # type: ignore[no-redef]
+    from _vllm_memory_log import parse_memory_lines  # type: ignore[no-redef]
 
 __all__ = [
     "FINDING_IDS",
@@ -87,7 +89,6 @@ PRECEDENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "cuda_graph_capture_oom",
             "cuda_oom",
-            "nccl_socket_connect_failed",
             "nccl_collective_timeout",
             "engine_core_init_failed",
         ),
@@ -146,7 +147,8 @@ _FIXES = {
         "GLOO_SOCKET_IFNAME), then restart the Ray cluster."
     ),
     "ray_placement_unsatisfiable": (
-        "Make `sparkops_tensor_parallel_size` x `sparkops_pipeline_parallel_size` equal the GPUs `ray status` "
+        "Make `sparkops_tensor_parallel_size` x `sparkops_pipeline_parallel_size` equal the GPUs `ray "
+        "status` "
         "reports; check every worker joined on its `ib_address` (a `node:<ip>` request for an address Ray "
         "does not know means VLLM_HOST_IP and Ray disagree) and that `roce_network_firewall_open` lets the "
         "workers reach the head."
@@ -199,16 +201,41 @@ _ADDR = r"([0-9A-Za-z][\w.:-]*?)"
 
 @dataclass(frozen=True)
 class Rule:
-    """One key phrase: which finding it feeds, at what severity, and which variant."""
+    """One key phrase: which finding it feeds, at what severity, and which variant.
+
+    ``anchors`` are lower-case words of which every match contains one (derived from
+    the pattern, or given where the derived word is too common); a line without any
+    skips the regex, and a line without any rule's anchor is skipped altogether, which
+    keeps a busy log cheap.
+    """
 
     finding: str
     severity: str
     pattern: re.Pattern[str]
     kind: str
+    anchors: tuple[str, ...]
 
 
-def _rule(finding: str, severity: str, kind: str, pattern: str) -> Rule:
-    return Rule(finding, severity, _rx(pattern), kind)
+def _anchor(pattern: str) -> str | None:
+    """The longest word that every match of ``pattern`` must contain, if one is certain."""
+    text = re.sub(r"\\.", " ", pattern)
+    text = re.sub(r"\[[^\]]*\]", " ", text)
+    previous = None
+    while previous != text:
+        previous = text
+        text = re.sub(r"\([^()]*\)", " ", text)
+    if "|" in text or "(" in text:
+        return None
+    text = re.sub(r".[?*]", " ", text)
+    words = re.findall(r"[A-Za-z_/]{4,}", text)
+    return max(words, key=len).lower() if words else None
+
+
+def _rule(finding: str, severity: str, kind: str, pattern: str, *anchors: str) -> Rule:
+    derived = _anchor(pattern)
+    if not anchors and derived is None:
+        raise ValueError(f"rule {finding}/{kind} needs explicit anchors: {pattern}")
+    return Rule(finding, severity, _rx(pattern), kind, anchors or (derived,))
 
 
 # Pseudo findings resolved at the end: "_oom" becomes cuda_graph_capture_oom or
@@ -216,7 +243,7 @@ def _rule(finding: str, severity: str, kind: str, pattern: str) -> Rule:
 # Order matters: the first rule that matches a line wins.
 RULES: tuple[Rule, ...] = (
     # --- Ray's memory monitor (four generations of wording) ---
-    _rule("ray_oom_kill", "error", "task_killed", r"killed due to the node running low on memory"),
+    _rule("ray_oom_kill", "error", "task_killed", r"killed due to the node running low on memory", "killed"),
     _rule(
         "ray_oom_kill",
         "error",
@@ -225,7 +252,12 @@ RULES: tuple[Rule, ...] = (
         rf"{_NUM} ?GB / {_NUM} ?GB \({_NUM}\),? which exceeds the memory usage threshold of {_NUM}",
     ),
     _rule("ray_oom_kill", "error", "threshold", rf"exceeds the memory usage threshold of {_NUM}"),
-    _rule("ray_oom_kill", "error", "pressure", r"killed due to memory pressure \(OOM\)"),
+    _rule(
+        "ray_oom_kill",
+        "error",
+        "pressure",
+        r"killed due to memory pressure \(OOM\)(?:.*?\bIP: " + _ADDR + r"\))?",
+    ),
     _rule("ray_oom_kill", "error", "exit_type", r"NODE_OUT_OF_MEMORY"),
     _rule(
         "ray_oom_kill",
@@ -235,7 +267,7 @@ RULES: tuple[Rule, ...] = (
     ),
     _rule("ray_oom_kill", "error", "legacy", r"RayOutOfMemoryError"),
     _rule("ray_oom_kill", "error", "exception", r"ray\.exceptions\.OutOfMemoryError"),
-    _rule("ray_oom_kill", "error", "monitor", r"Ray killed this worker \(ID: \w+\) because"),
+    _rule("ray_oom_kill", "error", "monitor", r"Ray killed this worker \(ID: \w+\) because", "killed"),
     # --- vLLM's memory checks ---
     _rule(
         "startup_memory_short",
@@ -244,14 +276,22 @@ RULES: tuple[Rule, ...] = (
         rf"Free memory on device(?: \S+)? \({_NUM} ?/ ?{_NUM} GiB\) on startup is less than desired "
         rf"GPU memory utilization \({_NUM}, {_NUM} GiB\)",
     ),
-    _rule("startup_memory_short", "error", "free_less", r"is less than desired GPU memory utilization"),
+    _rule(
+        "startup_memory_short",
+        "error",
+        "free_less",
+        r"is less than desired GPU memory utilization",
+        "desired",
+    ),
     _rule(
         "startup_memory_short",
         "error",
         "profiling",
         rf"Error in memory profiling\.? Initial free memory {_NUM} ?GiB, current free memory {_NUM}",
     ),
-    _rule("kv_cache_insufficient", "error", "no_blocks", r"No available memory for the cache blocks"),
+    _rule(
+        "kv_cache_insufficient", "error", "no_blocks", r"No available memory for the cache blocks", "blocks"
+    ),
     _rule(
         "kv_cache_insufficient",
         "error",
@@ -262,8 +302,16 @@ RULES: tuple[Rule, ...] = (
     _rule(
         "kv_cache_insufficient",
         "error",
-        "max_len",
-        r"KV cache is needed, which is larger than the available KV cache memory",
+        "kv_need",
+        rf"{_NUM} ?GiB KV cache is needed, which is larger than the available KV cache memory \({_NUM} "
+        rf"?GiB\)",
+    ),
+    _rule(
+        "kv_cache_insufficient",
+        "error",
+        "serve_len",
+        r"To serve at least one request with the models?'s max seq len \((\d+)\)",
+        "max seq len",
     ),
     _rule(
         "kv_cache_insufficient",
@@ -277,12 +325,25 @@ RULES: tuple[Rule, ...] = (
     # --- CUDA / host out of memory (classified at the end) ---
     _rule("_oom", "error", "torch", r"CUDA out of memory\.?(?: Tried to allocate (\S+ ?[GMK]i?B))?"),
     _rule("_oom", "error", "runtime", r"CUDA error: out of memory"),
-    _rule("_oom", "error", "torch", r"torch\.(?:cuda\.)?OutOfMemoryError|OutOfMemoryError: CUDA"),
-    _rule("_oom", "error", "runtime", r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY"),
+    _rule(
+        "_oom",
+        "error",
+        "torch",
+        r"torch\.(?:cuda\.)?OutOfMemoryError|OutOfMemoryError: CUDA",
+        "outofmemoryerror",
+    ),
+    _rule(
+        "_oom",
+        "error",
+        "runtime",
+        r"cudaErrorMemoryAllocation|CUDA_ERROR_OUT_OF_MEMORY",
+        "cudaerrormemoryallocation",
+        "cuda_error_out_of_memory",
+    ),
     _rule("_oom", "error", "runtime", r"CUBLAS_STATUS_ALLOC_FAILED"),
-    _rule("_oom", "error", "runtime", r"Cuda failure '?out of memory"),
-    _rule("_oom", "error", "kernel", r"Out of memory: Killed process (\d+) \(([^)]*)\)"),
-    _rule("_oom", "error", "earlyoom", r"sending SIG(?:TERM|KILL) to process (\d+)"),
+    _rule("_oom", "error", "runtime", r"Cuda failure (?:\d+ )?'?out of memory"),
+    _rule("_oom", "error", "kernel", r"Out of memory: Killed process (\d+) \(([^)]*)\)", "killed"),
+    _rule("_oom", "error", "earlyoom", r"sending SIG(?:TERM|KILL) to process (\d+)", "sigterm", "sigkill"),
     # --- NVIDIA driver ---
     _rule(
         "nvidia_driver_unavailable",
@@ -305,16 +366,21 @@ RULES: tuple[Rule, ...] = (
         "nvml",
         r"NVML_?Error_?(?:DriverNotLoaded|LibraryNotFound|GpuIsLost|LibRmVersionMismatch|Unknown)"
         r"|NVML_ERROR_(?:DRIVER_NOT_LOADED|LIBRARY_NOT_FOUND|GPU_IS_LOST|LIB_RM_VERSION_MISMATCH)",
+        "nvmlerror",
+        "nvml_error",
     ),
     _rule("nvidia_driver_unavailable", "error", "torch", r"Found no NVIDIA driver on your system"),
     _rule(
         "nvidia_driver_unavailable",
         "error",
         "too_old",
-        r"CUDA driver version is insufficient for CUDA runtime version|NVIDIA driver on your system is too old",
+        r"CUDA driver version is insufficient for CUDA runtime version|NVIDIA driver on your system is too "
+        r"old",
+        "insufficient",
+        "too old",
     ),
-    _rule("nvidia_driver_unavailable", "error", "torch", r"CUDA driver initialization failed"),
-    _rule("nvidia_driver_unavailable", "error", "torch", r"No CUDA GPUs are available"),
+    _rule("nvidia_driver_unavailable", "error", "torch", r"CUDA driver initialization failed", "driver"),
+    _rule("nvidia_driver_unavailable", "error", "torch", r"No CUDA GPUs are available", "gpus"),
     _rule("nvidia_driver_unavailable", "error", "torch", r"Unexpected error from cudaGetDeviceCount"),
     _rule("nvidia_driver_unavailable", "error", "torch", r"CUDA initialization: CUDA unknown error"),
     _rule(
@@ -323,6 +389,8 @@ RULES: tuple[Rule, ...] = (
         "container",
         r"nvidia-container-cli: initialization error|could not select device driver \"\S*\" with "
         r"capabilities: \[\[gpu\]\]",
+        "nvidia-container-cli",
+        "device driver",
     ),
     _rule("nvidia_driver_unavailable", "error", "nvml", r"Unable to determine the device handle for GPU"),
     # --- Ray addressing and placement ---
@@ -359,12 +427,13 @@ RULES: tuple[Rule, ...] = (
         "unschedulable",
         r"resource request cannot be scheduled right now: (\{[^}]*\})?",
     ),
-    _rule("ray_placement_unsatisfiable", "error", "no_gpu", r"Current node has no GPU available"),
+    _rule("ray_placement_unsatisfiable", "error", "no_gpu", r"Current node has no GPU available", "no gpu"),
     _rule(
         "ray_placement_unsatisfiable",
         "error",
         "too_few",
         r"number of required GPUs exceeds the total number of available GPUs",
+        "exceeds",
     ),
     _rule(
         "ray_placement_unsatisfiable",
@@ -374,15 +443,26 @@ RULES: tuple[Rule, ...] = (
     ),
     # --- NCCL over RoCE (before the socket rules: an ibv timeout also says "timed out") ---
     _rule("nccl_ib_error", "error", "ibv", r"Call to (ibv_\w+) failed(?: with (\d+))?"),
-    _rule("nccl_ib_error", "error", "ibv", r"(ibv_\w+) failed"),
+    _rule("nccl_ib_error", "error", "ibv", r"(ibv_\w+) failed", "ibv_"),
     _rule(
-        "nccl_ib_error", "error", "completion", r"NET/IB ?:? .*?Got completion .*?(?:status|error) ?=? ?(\d+)"
+        "nccl_ib_error",
+        "error",
+        "completion",
+        r"NET/IB ?:? .*?Got completion .*?(?:status|error) ?=? ?(\d+)",
+        "got completion",
     ),
-    _rule("nccl_ib_error", "error", "completion", r"IBV_WC_\w+_ERR|transport retry counter exceeded"),
-    _rule("nccl_ib_error", "error", "net_ib", r"NCCL WARN NET/IB\b(?! ?: ?No device found)"),
-    _rule("nccl_ib_error", "error", "net_ib", r"NET/IB ?:? .*\b(?:error|failed)\b"),
-    _rule("_socket_fallback", "warning", "no_ib", r"NET/IB ?: ?No device found"),
-    _rule("_socket_fallback", "warning", "socket", r"NCCL INFO Using network Socket"),
+    _rule(
+        "nccl_ib_error",
+        "error",
+        "completion",
+        r"IBV_WC_\w+_ERR|transport retry counter exceeded",
+        "ibv_wc",
+        "retry counter",
+    ),
+    _rule("nccl_ib_error", "error", "net_ib", r"NCCL WARN NET/IB\b(?! ?: ?No device found)", "nccl warn"),
+    _rule("nccl_ib_error", "error", "net_ib", r"NET/IB ?:? .*\b(?:error|failed)\b", "error", "failed"),
+    _rule("_socket_fallback", "warning", "no_ib", r"NET/IB ?: ?No device found", "no device"),
+    _rule("_socket_fallback", "warning", "socket", r"NCCL INFO Using network Socket", "socket"),
     # --- NCCL's TCP sockets ---
     _rule(
         "nccl_socket_connect_failed",
@@ -390,7 +470,9 @@ RULES: tuple[Rule, ...] = (
         "connect",
         r"socket\w*Connect: Connect to (\S+?) (?:failed|returned)(?: ?: ?([^\"(),;]*))?",
     ),
-    _rule("nccl_socket_connect_failed", "error", "connect", r"NCCL WARN .*Connect to (\S+?) failed"),
+    _rule(
+        "nccl_socket_connect_failed", "error", "connect", r"NCCL WARN .*Connect to (\S+?) failed", "nccl warn"
+    ),
     _rule(
         "nccl_socket_connect_failed",
         "error",
@@ -403,12 +485,7 @@ RULES: tuple[Rule, ...] = (
         "connect",
         r"NCCL WARN .*(?:Connection refused|No route to host|Connection reset by peer|Software caused "
         r"connection abort)",
-    ),
-    _rule(
-        "nccl_socket_connect_failed",
-        "warning",
-        "remote",
-        r"ncclRemoteError|remote process exiting prematurely",
+        "nccl warn",
     ),
     # --- torch.distributed rendezvous and Gloo ---
     _rule("gloo_interface", "error", "no_address", r"Unable to find (?:address|interface) for:? ?(\S+)"),
@@ -417,7 +494,8 @@ RULES: tuple[Rule, ...] = (
         "gloo_interface",
         "error",
         "connect",
-        r"gloo.*?connect \[?([0-9A-Fa-f.:]+?)\]?:(\d+):? ?(Connection refused|Connection timed out|No route to host)",
+        r"gloo.*?connect \[?([0-9A-Fa-f.:]+?)\]?:(\d+):? ?(Connection refused|Connection timed out|No route "
+        r"to host)",
     ),
     _rule(
         "gloo_interface",
@@ -425,6 +503,7 @@ RULES: tuple[Rule, ...] = (
         "c10d",
         r"client socket has (?:failed to connect|timed out after \d+\w* while trying to connect) to "
         r"\[?([\w.:-]+?)\]?:(\d+)",
+        "client socket",
     ),
     # --- NCCL watchdog ---
     _rule("nccl_collective_timeout", "error", "watchdog", r"Watchdog caught collective operation timeout"),
@@ -439,8 +518,19 @@ RULES: tuple[Rule, ...] = (
         "error",
         "watchdog",
         r"watchdog (?:thread )?(?:got stuck|terminated with exception)|Heartbeat monitor timed out",
+        "watchdog",
+        "heartbeat",
     ),
     _rule("nccl_collective_timeout", "error", "watchdog", r"Some NCCL operations have failed or timed out"),
+    # A peer that vanished mid-collective: the same symptom as a timeout, seen sooner.
+    _rule(
+        "nccl_collective_timeout",
+        "warning",
+        "remote",
+        r"ncclRemoteError|remote process exiting prematurely",
+        "ncclremoteerror",
+        "prematurely",
+    ),
     _rule(
         "nccl_collective_timeout",
         "error",
@@ -449,58 +539,35 @@ RULES: tuple[Rule, ...] = (
     ),
     # --- the wrapper ---
     _rule("engine_core_init_failed", "error", "wrapper", r"Engine core initialization failed"),
-    _rule("engine_core_init_failed", "error", "wrapper", r"EngineCore failed to start"),
-    _rule("engine_core_init_failed", "error", "wrapper", r"Engine process failed to start"),
+    _rule("engine_core_init_failed", "error", "wrapper", r"EngineCore failed to start", "failed to start"),
+    _rule("engine_core_init_failed", "error", "wrapper", r"Engine process failed to start", "engine process"),
 )
 
-# Lower-case substrings at least one of which every rule and marker needs. A line
-# without any of them is noise and costs only these tests; keep them in step with the
-# rules (a test checks that every rule's own example passes this filter).
-TRIGGER_TOKENS: tuple[str, ...] = (
-    "memory",
-    "oom",
-    "nccl",
-    "ibv",
-    "net/ib",
-    "gloo",
-    "connect",
-    "ip address",
-    "unique ip",
-    "driver node",
-    "placement",
-    "node types",
-    "resource request",
-    "gpus",
-    "nvml",
-    "nvidia",
-    "nvrm",
-    "devices were found",
-    "fallen off",
-    "device driver",
-    "device handle",
-    "no gpu",
-    "unable to find",
-    "model loading",
-    "engine",
-    "watchdog",
-    "heartbeat",
-    "captur",
-    "graph",
-    "kv cache",
-    "max seq len",
-    "model length",
-    "killed",
-    "sigterm",
-    "sigkill",
-    "cuda",
-    "cublas",
+# A line is looked at closely only when it holds one of these lower-case words: every
+# rule's anchors, the CUDA graph capture markers, and the memory lines quoted in
+# summaries. Everything else is noise and costs only these substring tests.
+_MARKER_TOKENS = (
+    "capturing",
+    "profiling cuda graph",
+    "capture_",
+    "torch.cuda.graph",
+    "cudagraph",
+    "graph_capture",
+    "cuda_graph",
+    "init engine",
     "api server",
     "startup complete",
-    "uniqueid",
-    "ray killed",
-    "retry counter",
-    "ibv_wc",
 )
+_MEMORY_TOKENS = ("took", "kv cache memory", "kv cache size", "actual usage", "free memory", "takes")
+_ALL_TOKENS = list(
+    dict.fromkeys([anchor for rule in RULES for anchor in rule.anchors] + [*_MARKER_TOKENS, *_MEMORY_TOKENS])
+)
+# A token that contains another adds nothing to the filter ("node_out_of_memory" and
+# "memory"); dropping it keeps the per-line cost down.
+TRIGGER_TOKENS: tuple[str, ...] = tuple(
+    token for token in _ALL_TOKENS if not any(other != token and other in token for other in _ALL_TOKENS)
+)
+
 
 # State markers for CUDA graph capture, matched on lines that passed the filter.
 _CAPTURE_START = _rx(r"Capturing (?:CUDA ?graphs?|cudagraphs?|batches)|Profiling CUDA graph memory")
@@ -512,13 +579,10 @@ _CAPTURE_END = _rx(
     r"Graph capturing finished|init engine \(profile, create kv cache, warmup model\) took"
     r"|Starting vLLM API server|Application startup complete"
 )
-# Memory facts worth quoting in a summary (silent on their own).
-_FACTS = (
-    ("available_kv_cache_gib", _rx(rf"Available KV cache memory: {_NUM} ?GiB"), min),
-    ("model_loading_gib", _rx(rf"Model loading took {_NUM} ?G(?:i)?B"), max),
-    ("cuda_graph_gib", _rx(rf"Graph capturing finished in \d+ secs?, took {_NUM} ?GiB"), max),
-    ("kv_cache_tokens", _rx(r"GPU KV cache size: ([\d,]+) tokens"), min),
-)
+# Lines worth handing to the memory-log parser (its figures are quoted in summaries).
+_MEMORY_HINTS = ("took", "kv cache", "actual usage", "free memory on device", "memory profiling", "takes")
+_MAX_MEMORY_LINES = 512
+_NODE_IP = re.compile(r"IP address of ([0-9A-Za-z][\w.:-]*?),")
 
 
 @dataclass
@@ -631,7 +695,8 @@ class Scanner:
         self.lines_read = 0
         self.bytes_read = 0
         self.paths: list[str] = []
-        self.memory: dict[str, float | int] = {}
+        self.memory: dict[str, Any] = {}
+        self._memory_lines: list[str] = []
         self._path: str | None = None
         self._path_host: str | None = None
         self._prev_line = ""
@@ -667,11 +732,7 @@ class Scanner:
         self.bytes_read += len(raw)
         line = clean_physical(raw)
         low = line.lower()
-        hit = False
-        for token in TRIGGER_TOKENS:
-            if token in low:
-                hit = True
-                break
+        hit = any(map(low.__contains__, TRIGGER_TOKENS))
         if "ip=" in low:
             self._note_hosts(line)
         prev = self._prev_line
@@ -680,10 +741,7 @@ class Scanner:
             # A key phrase cut in two by a terminal: test the seam only.
             head = line[4:] if line.startswith("E   ") else line
             seam = (prev[-_JUNCTION:] + head[:_JUNCTION]).lower()
-            for token in TRIGGER_TOKENS:
-                if token in seam:
-                    junction = True
-                    break
+            junction = any(map(seam.__contains__, TRIGGER_TOKENS))
         self._prev_matched = self._examine(line, number, prev) if hit or junction else False
         self._prev_line = line
         self._prev_number = number
@@ -698,39 +756,54 @@ class Scanner:
         text, host, source, _level, repeated, headed = normalize(line)
         host = self.context.host_name(host or self._path_host)
         matched = self._match(text, number, host, source, repeated)
-        if not matched and not headed and prev and not self._prev_matched:
+        if not headed and prev and not self._prev_matched:
             # Terminal-wrapped continuation: join it to the line before and keep only
-            # matches that cross the seam (the halves were looked at already).
+            # a match that crosses the seam (each half was looked at on its own).
             prev_text, prev_host, prev_source, _l, prev_repeated, _h = normalize(prev)
-            joined = prev_text.rstrip("\n") + text
+            joined = prev_text + text
             seam = len(prev_text)
-            for rule in RULES:
+            around = joined[max(0, seam - _JUNCTION) : seam + _JUNCTION].lower()
+            rules = RULES if any(token in around for token in TRIGGER_TOKENS) else ()
+            joined_low = joined.lower()
+            for rule in rules:
+                if not any(anchor in joined_low for anchor in rule.anchors):
+                    continue
                 found = rule.pattern.search(joined)
                 if found and found.start() < seam < found.end():
                     self._record(
                         rule,
-                        found,
-                        joined,
-                        self._prev_number,
-                        self.context.host_name(prev_host or self._path_host),
-                        prev_source,
-                        prev_repeated,
+                        found=found,
+                        text=joined,
+                        number=self._prev_number,
+                        host=self.context.host_name(prev_host or self._path_host),
+                        source=prev_source,
+                        repeated=prev_repeated,
                     )
+                    matched = True
                     break
         self._markers(text, number, source)
         return matched
 
     def _match(self, text: str, number: int, host: str | None, source: str | None, repeated: int) -> bool:
+        low = text.lower()
         for rule in RULES:
+            for anchor in rule.anchors:
+                if anchor in low:
+                    break
+            else:
+                continue
             found = rule.pattern.search(text)
             if found:
-                self._record(rule, found, text, number, host, source, repeated)
+                self._record(
+                    rule, found=found, text=text, number=number, host=host, source=source, repeated=repeated
+                )
                 return True
         return False
 
     def _record(
         self,
         rule: Rule,
+        *,
         found: re.Match[str],
         text: str,
         number: int,
@@ -739,7 +812,7 @@ class Scanner:
         repeated: int,
     ) -> None:
         groups = found.groups()
-        if rule.finding == "ray_oom_kill" and rule.kind == "usage" and groups[0]:
+        if rule.finding == "ray_oom_kill" and rule.kind in {"usage", "pressure"} and groups[0]:
             # Ray names the node whose memory ran out; that is the host that matters.
             host = self.context.host_name(groups[0])
         during_capture = self._capture_active and source not in self._capture_finished
@@ -802,13 +875,10 @@ class Scanner:
                 self._capture_active = False
             else:
                 self._capture_finished.add(source)
-        for key, pattern, pick in _FACTS:
-            found = pattern.search(text)
-            if found:
-                value = float(found.group(1).replace(",", ""))
-                if key == "kv_cache_tokens":
-                    value = int(value)
-                self.memory[key] = pick(self.memory[key], value) if key in self.memory else value
+        if len(self._memory_lines) < _MAX_MEMORY_LINES:
+            low = text.lower()
+            if any(hint in low for hint in _MEMORY_HINTS):
+                self._memory_lines.append(text)
 
     def _add(self, event: _Event) -> None:
         finding = self.findings.get(event.finding)
@@ -817,8 +887,25 @@ class Scanner:
         finding.add(event)
 
     # -- output ----------------------------------------------------------------
+    def _sharpen_with_context(self) -> None:
+        """An address the inventory says is wrong turns a Ray hint into an error."""
+        acc = self.findings.get("ray_node_ip_mismatch")
+        if acc is None or not self.context.hosts:
+            return
+        for item in acc.evidence:
+            found = _NODE_IP.search(item["text"])
+            if found and self.context.addresses.get(found.group(1), ("", "unknown"))[1] != "ib":
+                acc.severity = "error"
+
+    def _evidence_order(self, item: Mapping[str, Any]) -> tuple[int, int]:
+        path = item.get("path")
+        return (self.paths.index(path) if path in self.paths else 0, item["line"])
+
     def finish(self) -> dict[str, Any]:
         """Resolve pending classifications, apply the precedence table, and report."""
+        if self._memory_lines:
+            self.memory = parse_memory_lines(self._memory_lines)
+            self.memory.pop("lines_matched", None)
         for event in self._oom_events:
             event.finding = "cuda_graph_capture_oom" if event.during_capture else "cuda_oom"
             self._add(event)
@@ -838,6 +925,7 @@ class Scanner:
                 if effect in present:
                     explained_by.setdefault(effect, []).append(cause)
 
+        self._sharpen_with_context()
         findings = []
         explained = []
         for finding_id in sorted(present, key=_ORDER.__getitem__):
@@ -857,7 +945,7 @@ class Scanner:
                     "severity": acc.severity,
                     "summary": summary,
                     "fix": _fix(finding_id, acc, self),
-                    "evidence": list(acc.evidence),
+                    "evidence": sorted(acc.evidence, key=self._evidence_order),
                 }
             )
         return {
@@ -907,7 +995,7 @@ def _sum_ray_oom(acc: _Finding, scanner: Scanner) -> str:
         text += "."
     if acc.during_capture:
         text += " It happened during CUDA graph capture, a transient peak after the weights loaded."
-    kv = scanner.memory.get("available_kv_cache_gib")
+    kv = scanner.memory.get("kv_cache_gib")
     if kv is not None:
         text += f" vLLM had already reported {kv} GiB of KV cache, so the model itself fit."
     text += (
@@ -919,7 +1007,7 @@ def _sum_ray_oom(acc: _Finding, scanner: Scanner) -> str:
 
 def _sum_graph_oom(acc: _Finding, scanner: Scanner) -> str:
     text = f"CUDA ran out of memory while capturing CUDA graphs{_where(acc)}{_times(acc)}."
-    kv = scanner.memory.get("available_kv_cache_gib")
+    kv = scanner.memory.get("kv_cache_gib")
     if kv is not None:
         text += f" The weights and the KV cache ({kv} GiB) were allocated; the capture needed more on top."
     return text
@@ -951,13 +1039,17 @@ def _sum_kv(acc: _Finding, scanner: Scanner) -> str:
         parts.append("vLLM had no memory left for KV cache blocks after loading the weights")
     if negative is not None:
         parts.append(f"vLLM computed {negative[0]} GiB available for the KV cache")
-    if max_len and max_len[0] is not None:
+    serve_len = acc.kinds.get("serve_len")
+    kv_need = acc.kinds.get("kv_need")
+    if max_len:
         parts.append(
             f"the max model length {max_len[0]} needs {max_len[1]} GiB of KV cache but only {max_len[2]} GiB "
             "is available"
         )
-    elif max_len:
-        parts.append("the KV cache is too small for one request of the max model length")
+    elif serve_len or kv_need:
+        length = f" {serve_len[0]}" if serve_len else ""
+        need = f": {kv_need[0]} GiB needed, {kv_need[1]} GiB available" if kv_need else ""
+        parts.append(f"the KV cache cannot hold one request of the max model length{length}{need}")
     if tokens:
         parts.append(f"the max model length {tokens[0]} exceeds the {tokens[1]} tokens the KV cache can hold")
     estimate = acc.kinds.get("estimate")
@@ -989,7 +1081,7 @@ def _sum_ip(acc: _Finding, scanner: Scanner) -> str:
     if node_ip:
         addresses = []
         for item in acc.evidence:
-            found = re.search(r"IP address of ([0-9A-Za-z][\w.:-]*?),", item["text"])
+            found = _NODE_IP.search(item["text"])
             if found and found.group(1) not in addresses:
                 addresses.append(found.group(1))
         shown = ", ".join(addresses) or node_ip[0]
@@ -1055,9 +1147,7 @@ def _sum_socket(acc: _Finding, scanner: Scanner) -> str:
         return text + scanner.context.describe_address(peer)
     if "no_interface" in acc.kinds:
         return f"NCCL found no socket interface{_where(acc)}: NCCL_SOCKET_IFNAME names no usable interface."
-    if "connect" in acc.kinds:
-        return f"NCCL's socket connections failed{_where(acc)}."
-    return f"NCCL reported a remote error{_where(acc)}: a peer rank vanished or the network dropped."
+    return f"NCCL's socket connections failed{_where(acc)}."
 
 
 def _sum_ib(acc: _Finding, scanner: Scanner) -> str:
@@ -1103,9 +1193,12 @@ def _sum_timeout(acc: _Finding, scanner: Scanner) -> str:
     watchdog = acc.kinds.get("watchdog")
     if watchdog and watchdog[0]:
         return (
-            f"NCCL's watchdog timed out a collective{_where(acc)}: {watchdog[0]} ran {watchdog[1]} ms; a peer "
+            f"NCCL's watchdog timed out a collective{_where(acc)}: {watchdog[0]} ran {watchdog[1]} ms; a "
+            f"peer "
             "rank stopped answering."
         )
+    if "remote" in acc.kinds and len(acc.kinds) == 1:
+        return f"NCCL reported a remote error{_where(acc)}: a peer rank vanished or the network dropped."
     if "setup" in acc.kinds:
         return (
             f"NCCL communicator setup timed out{_where(acc)} waiting for rank {acc.kinds['setup'][0]}'s id: "
@@ -1127,7 +1220,10 @@ def _sum_driver(acc: _Finding, scanner: Scanner) -> str:
     if "too_old" in acc.kinds:
         return f"The NVIDIA driver{_where(acc)} is too old for the CUDA runtime in the image."
     if "no_devices" in acc.kinds or "kernel" in acc.kinds or "gpu_lost" in acc.kinds:
-        return f"The driver is loaded{_where(acc)} but no GPU is usable (no devices, or the kernel module failed)."
+        return (
+            f"The driver is loaded{_where(acc)} but no GPU is usable (no devices, or the kernel module "
+            "failed)."
+        )
     if "container" in acc.kinds:
         return f"The container runtime cannot reach the GPU{_where(acc)} (NVIDIA container toolkit)."
     return f"nvidia-smi or CUDA cannot reach the NVIDIA driver{_where(acc)}."

@@ -58,7 +58,8 @@ _SYSLOG_RE = re.compile(
 # own daemon names, so "(0.95, 45.01 GiB)" at the start of a message is left alone.
 _PROC_PREFIX_RE = re.compile(
     r"\((?P<body>"
-    r"[A-Za-z_][\w.:/-]*(?:[ ,]+[\w.-]+=[^\s,()]*)*[ ,]+(?:pid|ip|rank|node_id)=[^\s,()]*(?:[ ,]+[\w.-]+=[^\s,()]*)*"
+    r"[A-Za-z_][\w.:/-]*(?:[ ,]+[\w.-]+=[^\s,()]*)*[ ,]+(?:pid|ip|rank|node_id)=[^\s,()]*(?:[ "
+    r",]+[\w.-]+=[^\s,()]*)*"
     r"|(?:pid|ip)=[^\s,()]*(?:[ ,]+[\w.-]+=[^\s,()]*)*"
     r"|(?:raylet|gcs_server|autoscaler|dashboard|monitor|log_monitor|dashboard_agent|runtime_env_agent)"
     r"(?:[ ,]+[^()]*)?"

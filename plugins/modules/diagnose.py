@@ -10,8 +10,9 @@ module: diagnose
 short_description: Find the root cause of a failed vLLM, Ray, NCCL or driver start in its logs
 version_added: 0.1.0
 description:
-  - Reads vLLM, Ray, NCCL, torch.distributed and nvidia-smi output as it really arrives (nested process
-    prefixes such as C(EngineCore_DP0 pid=1) and C(RayWorkerWrapper pid=2, ip=10.0.0.2) in parentheses, ANSI colours,
+  - Reads vLLM, Ray, NCCL, torch.distributed and nvidia-smi output as it really arrives (nested
+    process prefixes such as C(EngineCore_DP0 pid=1) and C(RayWorkerWrapper pid=2, ip=10.0.0.2) in
+    parentheses, ANSI colours,
     terminal-wrapped lines, Ray's C([repeated 30x across cluster]), pytest's C(E) marker, syslog and
     docker timestamps) and reports what went wrong, root cause first.
   - Findings follow a documented precedence table (see C(docs/diagnose.md)). V(engine_core_init_failed) is
@@ -39,7 +40,8 @@ options:
   context:
     description:
       - What the inventory knows, to sharpen findings. Every key is optional.
-      - V(hosts) maps each inventory host name to C({ib_address, ib_interface, management_addresses, ansible_host}).
+      - V(hosts) maps each inventory host name to
+        C({ib_address, ib_interface, management_addresses, ansible_host}).
         An address found in the log is named after its host, and a Ray node IP that is a management address
         is reported as such (C(that is spark-1's management address, not its ib_address 192.168.200.12)).
       - V(host) is the host name for lines that do not name one (a log taken from one node).
@@ -170,12 +172,15 @@ explained:
       explained_by: [ray_oom_kill]
       reported: false
 memory:
-  description: vLLM's memory figures seen in the log (silent on their own; quoted in summaries).
+  description:
+    - vLLM's memory figures seen in the log, in the shape C(sparkops.vllm.memory_plan) takes as C(measured)
+      (C(weights_gib), C(kv_cache_gib), C(cuda_graph_gib), C(kv_cache_tokens), ...). They never make a finding
+      on their own; summaries quote them.
   returned: always
   type: dict
   sample:
-    available_kv_cache_gib: 49.12
-    model_loading_gib: 58.9
+    kv_cache_gib: 49.12
+    weights_gib: 58.9
 lines_read:
   description: Physical lines read.
   returned: always
