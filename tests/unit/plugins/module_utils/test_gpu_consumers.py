@@ -306,7 +306,7 @@ def test_nvml_backend_does_not_fall_back(tmp_path):
 
 
 def module_result(state, backend):
-    """What gpu_consumers_info printed on the real H200 (second lease) and its exit status."""
+    """What gpu_consumers_info printed on the real H200 and its exit status."""
     text, rc = capture(f"module_result_{state}_{backend}.txt")
     return json.loads(text), rc
 
@@ -320,19 +320,22 @@ def test_module_on_the_real_h200_found_the_20gib_process(backend):
     load, rc = module_result("load", backend)
     assert rc == 0
     assert load["backend_used"] == ("nvidia_smi" if backend == "nvidia_smi" else "nvml")
+    # NVML and nvidia-smi agree to the MiB (v2 used 22027239424 bytes, printed 21007 MiB)
+    assert load["gpus"] == module_result("load", "nvidia_smi")[0]["gpus"]
+    assert load["gpus"][0]["memory_used_mib"] == 21007
     assert [
         (c["pid"], c["process_name"], c["used_memory_mib"], c["type"], c["container"])
         for c in load["consumers"]
-    ] == [(438, "python3", 20998, "C", None)]
+    ] == [(436, "python3", 20998, "C", None)]
 
 
 def test_module_cli_result_agrees_with_the_raw_output_of_the_same_lease(tmp_path):
-    text, _ = capture("second_lease_load_table_and_csv.txt")
+    text, _ = capture("module_lease_load_table_and_csv.txt")
     table_text, csv_text = text.split("pid, process_name", 1)
     table = parse_table(table_text)
     apps, _ = parse_query_compute_apps("pid, process_name" + csv_text.split("index, memory.used")[0])
     result, _ = module_result("load", "nvidia_smi")
-    assert [(p["pid"], p["used_memory_mib"]) for p in table["processes"]] == [(438, 20998)]
+    assert [(p["pid"], p["used_memory_mib"]) for p in table["processes"]] == [(436, 20998)]
     assert [(a["pid"], a["used_memory_mib"], a["gpu_uuid"]) for a in apps] == [
         (c["pid"], c["used_memory_mib"], c["gpu_uuid"]) for c in result["consumers"]
     ]
