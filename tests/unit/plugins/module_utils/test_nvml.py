@@ -142,7 +142,8 @@ def test_real_h200_20gib_process_replayed():
 
 
 def test_memory_v2_leaves_reserved_memory_out():
-    # v1 and v2 values read on the real H200 with PyTorch holding 20 GiB (real_h200/load_nvml_memory_v1_v2.txt);
+    # v1 and v2 values read on the real H200 with PyTorch holding 20 GiB
+    # (real_h200/load_nvml_memory_v1_v2.txt);
     # v2 used is 22027239424 bytes = 21006.8 MiB, which nvidia-smi printed as 21007 MiB.
     device = {
         "name": "NVIDIA H200",
