@@ -111,6 +111,7 @@ MAX_EVIDENCE = 6
 # still belong to the same traceback.
 _CAPTURE_WINDOW = 80
 _JUNCTION = 64
+_RECORD_STARTS = ("(", "[", "INFO ", "WARNING ", "DEBUG ")
 
 _FIXES = {
     "ray_oom_kill": (
@@ -737,7 +738,9 @@ class Scanner:
             self._note_hosts(line)
         prev = self._prev_line
         junction = False
-        if prev and line and not hit:
+        # A line that opens with a process prefix or log level starts a record of its own,
+        # so it cannot be the tail of a wrapped phrase.
+        if prev and line and not hit and not line.startswith(_RECORD_STARTS):
             # A key phrase cut in two by a terminal: test the seam only.
             head = line[4:] if line.startswith("E   ") else line
             seam = (prev[-_JUNCTION:] + head[:_JUNCTION]).lower()
