@@ -1,0 +1,162 @@
+#!/usr/bin/python
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+
+DOCUMENTATION = r"""
+module: roce_devices_info
+short_description: Find the RDMA devices behind a RoCE interface and the NCCL settings for them
+version_added: 0.1.0
+description:
+  - Reads C(/sys/class/infiniband/*) and returns the RDMA devices whose netdev is O(interface), with their
+    GID tables (C(ports/N/gids/M), C(ports/N/gid_attrs/types/M), C(ports/N/gid_attrs/ndevs/M)).
+  - A device belongs to the interface when the interface is in its C(device/net/) or in the C(ndevs) of
+    its GIDs.
+  - On a DGX Spark every ConnectX-7 port appears twice, once per PCIe link (e.g. C(rocep1s0f1) with netdev
+    C(enp1s0f1np1) and C(roceP2p1s0f1) with C(enP2p1s0f1np1)). Names that differ only in the PCI domain
+    marker C(P<n>) are twins, and both are returned; NCCL reaches only about 3 GB/s over a Spark's link
+    unless both are in C(NCCL_IB_HCA).
+  - C(nccl_ib_gid_index) is the index of the RoCE v2 GID that embeds O(address) (C(::ffff:a.b.c.d) for
+    IPv4, the address itself for IPv6).
+  - A host without any RDMA device (such as the local lab) returns an empty C(nccl_ib_hca) and a warning,
+    not a failure; NCCL then uses TCP sockets on the interface.
+author:
+  - sparkops.vllm contributors
+options:
+  interface:
+    description:
+      - The network interface of the RoCE port (the netdev, e.g. C(enp1s0f1np1)), the host's C(ib_interface).
+    type: str
+    required: true
+  address:
+    description:
+      - The host's address on the link (C(ib_address)). Needed to pick C(nccl_ib_gid_index); without it the
+        index is V(null).
+    type: str
+  sysfs_root:
+    description:
+      - Where sysfs is mounted. Tests point it at a fixture tree.
+    type: path
+    default: /sys
+attributes:
+  check_mode:
+    support: full
+    description: Only reads; runs the same in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    description: Never changes anything.
+notes:
+  - RoCE traffic itself (UDP 4791) is handled by the adapter and never reaches the host's firewall; NCCL's
+    and Gloo's TCP bootstrap does.
+"""
+
+EXAMPLES = r"""
+- name: Find the RoCE devices of the ib interface
+  sparkops.vllm.roce_devices_info:
+    interface: "{{ ib_interface }}"
+    address: "{{ ib_address }}"
+  register: roce
+
+- name: Export them to NCCL
+  ansible.builtin.set_fact:
+    nccl_env:
+      NCCL_IB_HCA: "{{ roce.nccl_ib_hca }}"
+      NCCL_IB_GID_INDEX: "{{ roce.nccl_ib_gid_index }}"
+      NCCL_SOCKET_IFNAME: "{{ roce.nccl_socket_ifname }}"
+  when: roce.nccl_ib_hca | length > 0
+"""
+
+RETURN = r"""
+nccl_ib_hca:
+  description:
+    - Every RDMA device of the interface, twins included, comma-separated for C(NCCL_IB_HCA); devices bound to
+      the interface itself first. Empty when the host has none.
+  returned: always
+  type: str
+  sample: rocep1s0f1,roceP2p1s0f1
+nccl_ib_gid_index:
+  description: Index of the RoCE v2 GID holding O(address), for C(NCCL_IB_GID_INDEX); V(null) when none does.
+  returned: always
+  type: int
+  sample: 3
+nccl_socket_ifname:
+  description: The interface, for C(NCCL_SOCKET_IFNAME).
+  returned: always
+  type: str
+  sample: enp1s0f1np1
+gloo_socket_ifname:
+  description: The interface, for C(GLOO_SOCKET_IFNAME).
+  returned: always
+  type: str
+  sample: enp1s0f1np1
+devices:
+  description: The RDMA devices of the interface, with their GID tables (empty GID slots left out).
+  returned: always
+  type: list
+  elements: dict
+  sample:
+    - name: rocep1s0f1
+      twin: false
+      netdevs: [enp1s0f1np1]
+      ports:
+        - port: 1
+          state: "4: ACTIVE"
+          link_layer: Ethernet
+          gids:
+            - {index: 0, gid: "fe80::ba3f:d2ff:fe12:3456", ip: "fe80::ba3f:d2ff:fe12:3456", type: IB/RoCE v1,
+               ndev: enp1s0f1np1}
+            - {index: 3, gid: "::ffff:192.168.200.12", ip: 192.168.200.12, type: RoCE v2, ndev: enp1s0f1np1}
+  contains:
+    name: {description: The RDMA device, type: str}
+    twin: {description: True for the device of the port's other PCIe link, type: bool}
+    netdevs: {description: Its network interfaces, type: list, elements: str}
+    ports:
+      description: Per port its state, link layer and GIDs C({index, gid, ip, type, ndev}).
+      type: list
+      elements: dict
+all_devices:
+  description: Every RDMA device of the host with its netdevs, to name the right interface when none matched.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{name: rocep1s0f0, netdevs: [enp1s0f0np0]}, {name: rocep1s0f1, netdevs: [enp1s0f1np1]}]
+roce_present:
+  description: True when the interface has at least one RDMA device.
+  returned: always
+  type: bool
+  sample: true
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.sparkops.vllm.plugins.module_utils._roce import roce_devices
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "interface": {"type": "str", "required": True},
+            "address": {"type": "str"},
+            "sysfs_root": {"type": "path", "default": "/sys"},
+        },
+        supports_check_mode=True,
+    )
+    interface = module.params["interface"]
+    try:
+        found = roce_devices(module.params["sysfs_root"], interface, module.params["address"])
+    except ValueError as exc:
+        module.fail_json(msg=f"address {module.params['address']!r} is not an IP address ({exc}); pass ib_address.")
+    for warning in found.pop("warnings"):
+        module.warn(warning)
+    module.exit_json(
+        changed=False,
+        nccl_socket_ifname=interface,
+        gloo_socket_ifname=interface,
+        roce_present=bool(found["devices"]),
+        **found,
+    )
+
+
+if __name__ == "__main__":
+    main()
