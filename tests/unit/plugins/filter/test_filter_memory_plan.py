@@ -1,0 +1,234 @@
+"""The cluster-wide memory plan: measured record, utilization choice, report, summary.
+
+The per-node plans are real memory_plan results (plan_memory) on the lab's and the
+seeds' figures, so the words are tested against what the planner really returns.
+"""
+
+import json
+
+import pytest
+from ansible.errors import AnsibleFilterError
+from ansible_collections.sparkops.vllm.plugins.filter.memory_plan import FilterModule
+from ansible_collections.sparkops.vllm.plugins.module_utils._cluster_memory_plan import (
+    cluster_plan,
+    measured_from_record,
+)
+from ansible_collections.sparkops.vllm.plugins.module_utils._memory_plan import build_input, plan_memory
+
+FILTERS = FilterModule().filters()
+# The lab machine: MemTotal 23.54 GiB, about 1.1 GiB in use; the seeds' GB10 nodes.
+LAB = {
+    "memory_total_gib": 23.54,
+    "memory_available_gib": 22.44,
+    "memory_free_gib": 20.2,
+    "tensor_parallel_size": 2,
+    "max_model_len": 4096,
+    "vllm_version": "0.17.1",
+    "weights_gib": 0.5,
+}
+SEED = {
+    "memory_total_gib": 121.7,
+    "system_memory_total_gib": 119.70,
+    "memory_available_gib": 117.7,
+    "tensor_parallel_size": 2,
+    "vllm_version": "0.17.1rc1",
+    "weights_gib": 110.83,
+}
+RECORD = {
+    "model_id": "org/m",
+    "tensor_parallel_size": 2,
+    "pipeline_parallel_size": 1,
+    "vllm_version": "0.17.1",
+    "recorded_at": "2025-01-01T00:00:00Z",
+    "measured": {"weights_gib": 55.41, "activation_gib": 1.9, "non_torch_gib": 2.8, "cuda_graph_gib": 0.7},
+}
+
+
+def plan(**params):
+    return plan_memory(build_input(params))
+
+
+def test_filter_module_exports_the_documented_filters():
+    assert set(FILTERS) == {
+        "memory_plan_measured",
+        "memory_plan_utilization",
+        "memory_plan_report",
+        "memory_plan_cluster",
+        "memory_plan_summary",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "measured", "note"),
+    [
+        ("", {}, "no figures from a previous start"),
+        ("{not json", {}, "not JSON"),
+        ('{"model_id": "org/m"}', {}, "no 'measured' mapping"),
+        (json.dumps(RECORD), RECORD["measured"], "figures measured at the last start (2025-01-01T00:00:00Z)"),
+        (json.dumps({**RECORD, "tensor_parallel_size": "2"}), RECORD["measured"], "figures measured"),
+        (json.dumps({**RECORD, "tensor_parallel_size": 4}), {}, "tensor_parallel_size 4"),
+        (json.dumps({**RECORD, "model_id": "org/other"}), {}, "model_id 'org/other'"),
+        (json.dumps({**RECORD, "vllm_version": "0.21.0"}), {}, "vllm_version '0.21.0'"),
+        (
+            json.dumps({**RECORD, "measured": {"activation_gib": -1, "cuda_graph_gib": True}}),
+            {},
+            "holds no figures",
+        ),
+        (
+            json.dumps({**RECORD, "measured": {"activation_gib": 1, "junk": 3}}),
+            {"activation_gib": 1.0},
+            "activation_gib",
+        ),
+    ],
+)
+def test_measured_record_applies_only_to_the_same_deployment(text, measured, note):
+    got = FILTERS["memory_plan_measured"](text, "org/m", 2, "1", "0.17.1")
+    assert got["measured"] == measured
+    assert note in got["note"]
+
+
+def test_measured_figures_feed_the_planner():
+    measured = measured_from_record(json.dumps(RECORD), "org/m", 2, 1, "0.17.1")["measured"]
+    result = plan(**SEED, measured=measured)
+    assert result["breakdown"]["sources"]["activation_gib"] == "measured"
+    assert result["recommended_gpu_memory_utilization"] > plan(**SEED)["recommended_gpu_memory_utilization"]
+
+
+def test_utilization_is_the_smallest_recommendation_or_the_given_value():
+    recs = {"spark-2": 0.60, "spark-1": 0.54, "spark-3": 0.54}
+    assert FILTERS["memory_plan_utilization"](recs) == {
+        "value": 0.54,
+        "source": "recommended",
+        "limited_by": "spark-1",
+    }
+    assert FILTERS["memory_plan_utilization"](recs, "0.7") == {
+        "value": 0.7,
+        "source": "given",
+        "limited_by": None,
+    }
+    with pytest.raises(AnsibleFilterError, match="no utilization fits on spark-2"):
+        FILTERS["memory_plan_utilization"]({"spark-1": 0.5, "spark-2": None})
+    with pytest.raises(AnsibleFilterError, match="no node was planned"):
+        FILTERS["memory_plan_utilization"]({})
+
+
+def test_report_of_a_model_too_large_names_host_numbers_reasons_and_levers():
+    result = plan(**{**LAB, "weights_gib": 40})
+    lines = FILTERS["memory_plan_report"](result, "spark-2", "worker")
+    text = "\n".join(lines)
+    assert lines[0].startswith("spark-2 (worker): no --gpu-memory-utilization fits this node")
+    assert f"peak {result['peak_gib']} GiB vs limit {result['limit_gib']} GiB" in text
+    assert f"shortfall {result['shortfall_gib']} GiB" in text
+    assert "Ray's memory monitor kills at 0.95 x 23.54 GiB MemTotal" in text
+    assert "weights 20.0" in text
+    assert "vLLM's startup check fails" in text
+    assert "sparkops_tensor_parallel_size: 8 -> --tensor-parallel-size 8" in text
+    assert "sparkops_cuda_graphs: false (not enough on its own)" in text
+
+
+def test_report_of_the_seeds_given_utilization_names_ray_and_the_fixes():
+    result = plan(**SEED, gpu_memory_utilization=0.90)
+    text = "\n".join(FILTERS["memory_plan_report"](result, "spark-1", "head", "given"))
+    assert (
+        "spark-1 (head): the memory plan does not fit at --gpu-memory-utilization 0.9"
+        " (sparkops_gpu_memory_utilization)" in text
+    )
+    assert "KV cache 49.12 GiB per rank; peak 118.53 GiB vs limit 113.72 GiB" in text
+    assert "Ray's memory monitor would kill a worker" in text
+    assert "sparkops_gpu_memory_utilization: 0.85 -> --gpu-memory-utilization 0.85" in text
+    assert "sparkops_ray_memory_monitor: false" in text
+
+
+def _nodes(u, head=None, worker=None):
+    head = head or {}
+    worker = worker or {}
+    rec_h = plan(**{**LAB, **head})["recommended_gpu_memory_utilization"]
+    rec_w = plan(**{**LAB, **worker, "node_role": "worker"})["recommended_gpu_memory_utilization"]
+    return {
+        "spark-1": {
+            "role": "head",
+            "recommended": rec_h,
+            "plan": plan(**{**LAB, **head, "gpu_memory_utilization": u}),
+        },
+        "spark-2": {
+            "role": "worker",
+            "recommended": rec_w,
+            "plan": plan(**{**LAB, **worker, "node_role": "worker", "gpu_memory_utilization": u}),
+        },
+    }
+
+
+def test_cluster_plan_on_the_lab_fits_at_the_heads_recommendation():
+    recs = {h: n["recommended"] for h, n in _nodes(0.5).items()}
+    choice = FILTERS["memory_plan_utilization"](recs)
+    assert choice["limited_by"] == "spark-1"  # the head carries the larger Ray reserve
+    nodes = _nodes(choice["value"])
+    result = FILTERS["memory_plan_cluster"](nodes, choice, ["no figures from a previous start"])
+    assert result["fits"] is True
+    assert result["gpu_memory_utilization"] == choice["value"]
+    assert result["vllm_args"] == [
+        "--gpu-memory-utilization",
+        f"{choice['value']:.2f}",
+        "--max-model-len",
+        "4096",
+    ]
+    assert result["env"] == {}
+    assert result["ray_memory_monitor"] is True
+    assert result["kv_cache_gib"] == nodes["spark-1"]["plan"]["kv_cache_gib"]
+    assert result["kv_cache_tokens"] is None
+    assert result["nodes"]["spark-2"]["headroom_gib"] == round(
+        nodes["spark-2"]["plan"]["limit_gib"] - nodes["spark-2"]["plan"]["peak_gib"], 2
+    )
+    assert result["nodes"]["spark-1"]["peak_gib"] <= result["nodes"]["spark-1"]["limit_gib"] - 1.0
+
+
+def test_cluster_kv_is_the_smallest_rank_and_tokens_known_from_the_config():
+    config = {
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 64,
+        "torch_dtype": "bfloat16",
+    }
+    nodes = _nodes(0.5, head={"memory_available_gib": 21.0}, worker={"model_config": config})
+    nodes["spark-1"]["plan"] = plan(
+        **{**LAB, "model_config": config, "memory_available_gib": 21.0, "gpu_memory_utilization": 0.5}
+    )
+    result = cluster_plan(nodes, {"value": 0.5, "source": "given", "limited_by": None})
+    assert result["kv_cache_tokens"] == min(n["plan"]["kv_cache_tokens"] for n in nodes.values())
+    assert result["kv_cache_tokens"] > 0
+
+
+def test_monitor_off_carries_the_env_and_demands_earlyoom():
+    nodes = _nodes(0.6, head={"ray_memory_monitor": False}, worker={"ray_memory_monitor": False})
+    result = cluster_plan(nodes, {"value": 0.6, "source": "given", "limited_by": None})
+    assert result["env"] == {"RAY_memory_monitor_refresh_ms": "0"}
+    assert result["ray_memory_monitor"] is False
+    text = "\n".join(FILTERS["memory_plan_summary"](result, "lab", 4096))
+    assert "env: RAY_memory_monitor_refresh_ms=0" in text
+    assert "earlyoom: REQUIRED" in text
+
+
+def test_summary_is_one_screen_with_every_node():
+    choice = {"value": 0.54, "source": "recommended", "limited_by": "spark-1"}
+    result = cluster_plan(
+        _nodes(0.54), choice, ["no figures from a previous start: the planner's defaults are used"]
+    )
+    lines = FILTERS["memory_plan_summary"](result, "lab", 4096)
+    assert lines[0] == "Memory plan of cluster lab: fits"
+    assert (
+        lines[1] == "--gpu-memory-utilization 0.54 (recommended: the smallest of the nodes' recommendations,"
+        " set by spark-1)"
+    )
+    rows = [line.split() for line in lines if line.startswith("spark-")]
+    assert [r[:2] for r in rows] == [["spark-1", "head"], ["spark-2", "worker"]]
+    assert rows[0][4] == f"{result['nodes']['spark-1']['limit_gib']:.2f}"
+    assert "max_model_len 4096 is not checked" in "\n".join(lines)
+    assert "vLLM args: --gpu-memory-utilization 0.54 --max-model-len 4096" in lines
+    assert "earlyoom: not needed, Ray's memory monitor guards the nodes" in lines
+    assert len(lines) <= 24
+
+
+def test_cluster_of_no_nodes_is_refused():
+    with pytest.raises(AnsibleFilterError, match="no node was planned"):
+        FILTERS["memory_plan_cluster"]({}, {"value": 0.5, "source": "given"})
