@@ -10,6 +10,8 @@ every wait is bounded.
 from __future__ import annotations
 
 import http.client
+import importlib.machinery
+import importlib.util
 import json
 import os
 import signal
@@ -488,3 +490,39 @@ def test_kv_bytes_per_token_from_config_and_fp8(serve):
     kv = expected(TOTAL_KIB * 1024)["kv"]
     assert parse_memory_lines(server.output)["kv_cache_tokens"] == int(kv // (16 * fp8)) * 16
     assert server.stop() == 0
+
+
+def test_seed_calibration_reproduces_the_logged_kv_cache(tmp_path):
+    """The seeds (GB10, TP=2, 0.90, 119 GB, vLLM 0.17) logged 49.12 GiB of KV cache per rank.
+
+    A TP=2 start needs Ray, so this one rank's accounting runs in-process, loaded from the
+    stand-in's file (it is a program, not a package).
+    """
+    loader = importlib.machinery.SourceFileLoader("vllm_standin", str(STANDIN))
+    spec = importlib.util.spec_from_loader("vllm_standin", loader)
+    standin = importlib.util.module_from_spec(spec)
+    loader.exec_module(standin)
+    model = tmp_path / "seed"
+    model.mkdir()
+    with (model / "model-00001-of-00039.safetensors").open("wb") as handle:
+        handle.truncate(119_000_000_000)
+    meminfo = tmp_path / "gb10"
+    meminfo.write_text(f"MemTotal: {int(121.7 * 2**20)} kB\nMemFree: {121 * 2**20} kB\n")
+    rank = standin.rank_memory(
+        {
+            "model": str(model),
+            "model_dir": str(model),
+            "meminfo": str(meminfo),
+            "gpu_memory_utilization": 0.9,
+            "kv_cache_memory_bytes": None,
+            "world_size": 2,
+            "max_model_len": 32768,
+            "max_num_batched_tokens": 8192,
+            "capture_sizes": [],
+            "load_format": "auto",
+        }
+    )
+    assert "error" not in rank
+    assert round(rank["requested"] / GIB, 2) == 109.53
+    assert round(rank["weights"] / GIB, 2) == 55.41
+    assert round(rank["kv"] / GIB, 2) == 49.12
