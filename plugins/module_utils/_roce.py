@@ -145,7 +145,9 @@ def roce_devices(sysfs_root, interface, address=None):
         )
         return result
     if not chosen:
-        listing = ", ".join(f"{d['name']} ({', '.join(d['netdevs']) or 'no netdev'})" for d in every) or "none"
+        listing = (
+            ", ".join(f"{d['name']} ({', '.join(d['netdevs']) or 'no netdev'})" for d in every) or "none"
+        )
         warnings.append(
             f"No RDMA device is bound to {interface} (devices: {listing}), so NCCL_IB_HCA stays unset and "
             f"NCCL uses TCP sockets. Fix: set ib_interface to the netdev of the cabled RoCE port "
@@ -179,9 +181,10 @@ def roce_devices(sysfs_root, interface, address=None):
             lacking = [d["name"] for d in chosen if per_device.get(d["name"]) not in (None, primary)]
             if lacking:
                 warnings.append(
-                    f"The RoCE v2 GID of {want} is at index {primary} on {chosen[0]['name']} but elsewhere on "
-                    f"{', '.join(lacking)}; NCCL_IB_GID_INDEX is one index for every HCA. Fix: set "
-                    f"roce_network_nccl_ib_gid_index, or list only matching devices in roce_network_nccl_ib_hca."
+                    f"The RoCE v2 GID of {want} is at index {primary} on {chosen[0]['name']} but elsewhere "
+                    f"on {', '.join(lacking)}; NCCL_IB_GID_INDEX is one index for every HCA. Fix: set "
+                    "roce_network_nccl_ib_gid_index, or list only matching devices in "
+                    "roce_network_nccl_ib_hca."
                 )
     return result
 
@@ -221,35 +224,37 @@ class _Rule:
 
     def matches(self, packet):
         """True, False, or None when a match the evaluation cannot read decides."""
-        if self.never:
+        verdicts = [
+            not self.never,
+            self._source_matches(packet),
+            self.iif is None or (packet["iif"] in self.iif) != self.negate_iif,
+            self.proto is None or self.proto == packet["proto"],
+            self._port_matches(packet),
+            self.ctstate is None or "new" in self.ctstate,
+        ]
+        if False in verdicts:
             return False
-        if self.saddr is not None:
-            inside = any(packet["src_net"].subnet_of(net) for net in self.saddr if net.version == packet["version"])
-            overlaps = any(packet["src_net"].overlaps(net) for net in self.saddr if net.version == packet["version"])
-            if self.negate_saddr:
-                if inside:
-                    return False
-                if overlaps:
-                    return None
-            elif not inside:
-                return None if overlaps else False
-        if self.iif is not None:
-            hit = packet["iif"] in self.iif
-            if hit == self.negate_iif:
-                return False
-        if self.proto is not None and self.proto != packet["proto"]:
-            return False
-        if self.dports is not None:
-            if packet["dport"] is None:
-                return False
-            hit = any(lo <= packet["dport"] <= hi for lo, hi in self.dports)
-            if hit == self.negate_dports:
-                return False
-        if self.ctstate is not None and "new" not in self.ctstate:
-            return False
-        if self.unknown:
+        if None in verdicts or self.unknown:
             return None
         return True
+
+    def _source_matches(self, packet):
+        if self.saddr is None:
+            return True
+        nets = [net for net in self.saddr if net.version == packet["version"]]
+        inside = any(packet["src_net"].subnet_of(net) for net in nets)
+        overlaps = any(packet["src_net"].overlaps(net) for net in nets)
+        if inside:
+            return not self.negate_saddr
+        # Part of the subnet only: some peers match, some do not.
+        return None if overlaps else self.negate_saddr
+
+    def _port_matches(self, packet):
+        if self.dports is None:
+            return True
+        if packet["dport"] is None:
+            return False
+        return any(lo <= packet["dport"] <= hi for lo, hi in self.dports) != self.negate_dports
 
 
 def _network(text):
@@ -261,8 +266,8 @@ def _network(text):
 
 def _ports(text):
     out = []
-    for part in str(text).split(","):
-        part = part.strip()
+    for raw in str(text).split(","):
+        part = raw.strip()
         if not part:
             continue
         lo, _, hi = part.replace("-", ":").partition(":")
@@ -289,7 +294,9 @@ def parse_iptables_save(text):
         elif line.startswith("-A "):
             args = shlex.split(line)
             chain = args[1]
-            chains.setdefault(chain, {"policy": None, "rules": []})["rules"].append(_iptables_rule(line, args[2:]))
+            chains.setdefault(chain, {"policy": None, "rules": []})["rules"].append(
+                _iptables_rule(line, args[2:])
+            )
     return {"family": "ip", "table": "filter", "chains": chains}
 
 
@@ -400,10 +407,7 @@ def parse_nft_ruleset(text):
 
 def _nft_value(right):
     """A set of networks or port ranges from an nft JSON right-hand side."""
-    if isinstance(right, dict) and "set" in right:
-        items = right["set"]
-    else:
-        items = [right]
+    items = right["set"] if isinstance(right, dict) and "set" in right else [right]
     out = []
     for item in items:
         if isinstance(item, dict) and "prefix" in item:
@@ -434,7 +438,9 @@ def _nft_rule(rule):
                 proto = left["payload"].get("protocol")
                 if field == "saddr" and proto in ("ip", "ip6"):
                     parsed.saddr = [
-                        _network(v if kind == "net" else str(v)) for kind, v in values if kind in ("net", "scalar")
+                        _network(v if kind == "net" else str(v))
+                        for kind, v in values
+                        if kind in ("net", "scalar")
                     ]
                     parsed.saddr = [n for n in parsed.saddr if n]
                     parsed.negate_saddr = negate
@@ -467,7 +473,11 @@ def _nft_rule(rule):
                 else:
                     parsed.unknown.append(described[-1])
             elif isinstance(left, dict) and "ct" in left and left["ct"].get("key") == "state":
-                states = right if isinstance(right, list) else (right.get("set") if isinstance(right, dict) else [right])
+                states = (
+                    right
+                    if isinstance(right, list)
+                    else (right.get("set") if isinstance(right, dict) else [right])
+                )
                 if negate:
                     parsed.unknown.append(described[-1])
                 else:
@@ -627,7 +637,7 @@ def cluster_services(ray_ports, ephemeral_range, ssh_port=22):
     return services
 
 
-def firewall_blocks(services, subnet, interface, nft_json=None, iptables_save=None, ufw_status=None):
+def firewall_blocks(services, subnet, interface, *, nft_json=None, iptables_save=None, ufw_status=None):
     """What blocks each service for new traffic from ``subnet`` arriving on ``interface``.
 
     Returns ``{source, blocks: [{service, proto, ports, family, table, chain,
@@ -642,7 +652,11 @@ def firewall_blocks(services, subnet, interface, nft_json=None, iptables_save=No
         tables, source = iptables_tables(iptables_save), "iptables"
     else:
         tables, source = [], None
-    ufw = parse_ufw_status(ufw_status) if ufw_status else {"active": False, "default_incoming": None, "rules": []}
+    ufw = (
+        parse_ufw_status(ufw_status)
+        if ufw_status
+        else {"active": False, "default_incoming": None, "rules": []}
+    )
     blocks = []
     for service in services:
         probes = service["ports"] or [(None, None)]
@@ -703,7 +717,9 @@ def firewall_summary(found, services):
     # iptables can address its own chain (ip filter INPUT); any other chain is
     # native nftables, opened with `nft insert rule`.
     for chain in policy_chains:
-        chain["iptables"] = chain["family"] == "ip" and chain["table"] == "filter" and chain["chain"] == "INPUT"
+        chain["iptables"] = (
+            chain["family"] == "ip" and chain["table"] == "filter" and chain["chain"] == "INPUT"
+        )
     tcp = merged_ports(services, "tcp")
     return {
         "source": found["source"],

@@ -66,7 +66,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 source:
-  description: Where the rules were read from, C(nftables) or C(iptables); V(null) when neither tool is installed.
+  description: Where the rules were read from, C(nftables) or C(iptables); V(null) without either tool.
   returned: always
   type: str
   sample: nftables
@@ -158,7 +158,12 @@ def main():
     try:
         services = _roce.cluster_services(params["ray_ports"], port_range, params["ssh_port"])
         found = _roce.firewall_blocks(
-            services, params["subnet"], params["interface"], nft_json=nft, iptables_save=iptables, ufw_status=ufw
+            services,
+            params["subnet"],
+            params["interface"],
+            nft_json=nft,
+            iptables_save=iptables,
+            ufw_status=ufw,
         )
     except ValueError as exc:
         module.fail_json(msg=f"Cannot evaluate the firewall: {exc}. Check subnet and ray_ports.")
