@@ -15,6 +15,7 @@ page cache (``posix_fadvise(POSIX_FADV_DONTNEED)``). A freshly copied file is
 still dirty in the cache: the flush writes it out before it is dropped.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -34,7 +35,9 @@ class ManifestError(Exception):
 def default_manifest_path(model_path):
     """Beside the model (never inside it: an HF cache snapshot stays pristine)."""
     model_path = model_path.rstrip("/")
-    return os.path.join(os.path.dirname(model_path), "." + os.path.basename(model_path) + ".sparkops-manifest.json")
+    return os.path.join(
+        os.path.dirname(model_path), "." + os.path.basename(model_path) + ".sparkops-manifest.json"
+    )
 
 
 def _excluded(name, excludes):
@@ -58,10 +61,11 @@ def scan(model_path, excludes=DEFAULT_EXCLUDES):
         rel_root = os.path.relpath(root, model_path)
         if rel_root == ".":
             dirs[:] = sorted(d for d in dirs if not _excluded(d, excludes))
-            names = [n for n in names if not _excluded(n, excludes)]
+            wanted = [n for n in names if not _excluded(n, excludes)]
         else:
             dirs.sort()
-        for name in sorted(names):
+            wanted = names
+        for name in sorted(wanted):
             full = os.path.join(root, name)
             rel = os.path.normpath(os.path.join(rel_root, name))
             try:
@@ -78,20 +82,18 @@ def scan(model_path, excludes=DEFAULT_EXCLUDES):
             }
     if broken:
         raise ManifestError(
-            f"{model_path} has broken links: {', '.join(broken)}. A copy made with `rsync -a` (without -L) of a "
-            "Hugging Face cache keeps the links and loses the blobs; copy it again dereferencing links, or "
-            "download the model again."
+            f"{model_path} has broken links: {', '.join(broken)}. A copy made with `rsync -a` (without -L) "
+            "of a Hugging Face cache keeps the links and loses the blobs; copy it again dereferencing links, "
+            "or download the model again."
         )
     return files
 
 
 def drop_from_page_cache(fd):
     """Flush the file's dirty pages, then drop all its pages from the page cache."""
-    try:
+    # A read-only filesystem has nothing dirty to flush.
+    with contextlib.suppress(OSError):
         os.fdatasync(fd)
-    except OSError:
-        # A read-only filesystem has nothing dirty to flush.
-        pass
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
 
 
@@ -121,12 +123,16 @@ def load_manifest(path):
             data = json.load(handle)
     except (OSError, ValueError):
         return {"version": MANIFEST_VERSION, "files": {}}
-    if not isinstance(data, dict) or data.get("version") != MANIFEST_VERSION or not isinstance(data.get("files"), dict):
+    if (
+        not isinstance(data, dict)
+        or data.get("version") != MANIFEST_VERSION
+        or not isinstance(data.get("files"), dict)
+    ):
         return {"version": MANIFEST_VERSION, "files": {}}
     return data
 
 
-def build(model_path, previous, workers=4, rehash=False, drop_cache=True, excludes=DEFAULT_EXCLUDES):
+def build(model_path, previous, *, workers=4, rehash=False, drop_cache=True, excludes=DEFAULT_EXCLUDES):
     """A fresh manifest of model_path, reusing previous digests whose size and mtime still match.
 
     Returns (manifest, hashed): the relative paths that had to be hashed.
@@ -151,8 +157,12 @@ def build(model_path, previous, workers=4, rehash=False, drop_cache=True, exclud
     to_hash.sort(key=lambda rel: -current[rel]["size"])
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         digests = pool.map(lambda rel: sha256_file(os.path.join(model_path, rel), drop_cache), to_hash)
-        for rel, digest in zip(to_hash, digests):
-            entries[rel] = {"size": current[rel]["size"], "mtime_ns": current[rel]["mtime_ns"], "sha256": digest}
+        for rel, digest in zip(to_hash, digests, strict=True):
+            entries[rel] = {
+                "size": current[rel]["size"],
+                "mtime_ns": current[rel]["mtime_ns"],
+                "sha256": digest,
+            }
     manifest = {
         "version": MANIFEST_VERSION,
         "files": dict(sorted(entries.items())),

@@ -39,7 +39,7 @@ def progress_bytes(line):
 
 
 def ssh_command(key, known_hosts, cipher, port):
-    """The `-e` argument: the cluster key, host keys checked against our known_hosts, a fast cipher, no compression."""
+    """The `-e` argument: the cluster key, host keys checked, a fast cipher, no compression."""
     argv = [
         "ssh",
         "-i",
@@ -64,12 +64,15 @@ def ssh_command(key, known_hosts, cipher, port):
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def rsync_argv(rsync, src, dest_url, files_from, partial_dir, io_timeout, bwlimit_kib=0, ssh=None):
+def rsync_argv(rsync, src, dest_url, files_from, *, partial_dir, io_timeout, bwlimit_kib=0, ssh=None):
     """argv of one stream."""
     argv = [
         rsync,
         "-aL",
         f"--partial-dir={partial_dir}",
+        # The listed files are known to differ from the head's manifest; one
+        # damaged with its size and mtime kept would pass rsync's quick check.
+        "--ignore-times",
         f"--files-from={files_from}",
         f"--timeout={io_timeout}",
         "--info=progress2",
@@ -79,10 +82,10 @@ def rsync_argv(rsync, src, dest_url, files_from, partial_dir, io_timeout, bwlimi
         argv.append(f"--bwlimit={bwlimit_kib}")
     if ssh:
         argv += ["-e", ssh]
-    return argv + [src.rstrip("/") + "/", dest_url]
+    return [*argv, src.rstrip("/") + "/", dest_url]
 
 
-def dest_url(transport, host, dest, user, port, module):
+def dest_url(transport, host, dest, *, user=None, port=None, module=None):
     if transport == "rsyncd":
         return f"rsync://{user}@{host}:{port}/{module}/"
     return f"root@{host}:{dest.rstrip('/')}/"
@@ -119,7 +122,7 @@ class _Stream:
 
     def _read_errors(self):
         for raw in self.proc.stderr:
-            self.tail = (self.tail + [raw.decode("utf-8", "replace").rstrip()])[-20:]
+            self.tail = [*self.tail, raw.decode("utf-8", "replace").rstrip()][-20:]
 
     def wait(self):
         rc = self.proc.wait()
@@ -142,6 +145,7 @@ def copy(
     host,
     files,
     sizes,
+    *,
     transport,
     streams,
     partial_dir=".sparkops-partial",
@@ -162,12 +166,14 @@ def copy(
     label = label or host
     env = dict(os.environ, LC_ALL="C")
     if transport == "rsyncd":
-        url = dest_url(transport, host, dest, rsyncd["user"], rsyncd["port"], rsyncd["module"])
+        url = dest_url(
+            transport, host, dest, user=rsyncd["user"], port=rsyncd["port"], module=rsyncd["module"]
+        )
         # The password travels in the environment, never on disk or in argv.
         env["RSYNC_PASSWORD"] = rsyncd["password"]
         ssh_e = None
     else:
-        url = dest_url(transport, host, dest, None, None, None)
+        url = dest_url(transport, host, dest)
         ssh_e = ssh_command(ssh["key"], ssh["known_hosts"], ssh["cipher"], ssh["port"])
     total = sum(sizes[rel] for rel in files)
     groups = split_streams(files, sizes, streams)
@@ -180,7 +186,16 @@ def copy(
             files_from = os.path.join(tmpdir, f"stream-{index}.list")
             with open(files_from, "w", encoding="utf-8") as handle:
                 handle.write("".join(rel + "\n" for rel in group))
-            argv = rsync_argv(rsync, src, url, files_from, partial_dir, io_timeout, bwlimit_kib, ssh_e)
+            argv = rsync_argv(
+                rsync,
+                src,
+                url,
+                files_from,
+                partial_dir=partial_dir,
+                io_timeout=io_timeout,
+                bwlimit_kib=bwlimit_kib,
+                ssh=ssh_e,
+            )
             running.append(_Stream(argv, env, group, sum(sizes[rel] for rel in group)))
 
         def report(final=False):
@@ -238,16 +253,17 @@ def copy(
                 "argv": s.argv,
                 "stderr": s.tail,
             }
-            for s, rc in zip(running, codes)
+            for s, rc in zip(running, codes, strict=True)
         ],
     }
     failed = [s for s in result["streams"] if s["rc"] != 0]
     if failed:
         first = failed[0]
+        errors = " | ".join(first["stderr"][-3:]) or "no error output"
         how = f"killed by signal {-first['rc']}" if first["rc"] < 0 else f"exit code {first['rc']}"
         raise CopyError(
-            f"{len(failed)} of {len(groups)} rsync stream(s) to {label} ({host}) failed; the first ({how}) "
-            f"was copying {', '.join(first['files'])}: {' | '.join(first['stderr'][-3:]) or 'no error output'}. "
+            f"{len(failed)} of {len(groups)} rsync stream(s) to {label} ({host}) failed; "
+            f"the first ({how}) was copying {', '.join(first['files'])}: {errors}. "
             f"Partial files stay in {partial_dir}/ on the worker, so a rerun resumes them. "
             "See docs/runbooks/slow-or-broken-model-copy.md.",
             result,

@@ -4,18 +4,18 @@
 
 DOCUMENTATION = r"""
 module: model_manifest
-short_description: Keep a manifest of a model's file sizes and sha256 digests, and check a copy against another
+short_description: Keep a manifest of a model's file sizes and sha256 digests; check a copy against one
 version_added: 0.1.0
 description:
-  - Walks a model folder, following symlinks (a Hugging Face cache snapshot holds links into C(blobs/)), and records
-    each file's size, mtime and sha256 in a manifest kept beside the model.
-  - Entries are keyed by size and mtime, so a file whose size and mtime did not change is never hashed again. Files
-    are hashed in parallel threads.
-  - Every file it hashes is flushed (C(fdatasync)) and then dropped from the page cache (C(posix_fadvise DONTNEED)):
-    on unified-memory nodes (GB10) page cache counts against the memory vLLM needs. A file copied just before is
-    still dirty in the cache; the flush is what lets it be dropped.
-  - With O(expected) (the head's manifest), compares this node's files against it and returns every file that is
-    missing, truncated or corrupted, the bytes a copy needs and the free space there.
+  - Walks a model folder, following symlinks (a Hugging Face cache snapshot holds links into C(blobs/)), and
+    records each file's size, mtime and sha256 in a manifest kept beside the model.
+  - Entries are keyed by size and mtime, so a file whose size and mtime did not change is never hashed again.
+    Files are hashed in parallel threads.
+  - Every file it hashes is flushed (C(fdatasync)) and then dropped from the page cache (C(posix_fadvise
+    DONTNEED)), because on unified-memory nodes (GB10) page cache counts against the memory vLLM needs.
+    A file copied just before is still dirty in the cache; the flush is what lets it be dropped.
+  - With O(expected) (the head's manifest), compares this node's files against it and returns every file that
+    is missing, truncated or corrupted, the bytes a copy needs and the free space there.
   - Broken links fail, naming each one.
 author:
   - sparkops.vllm contributors
@@ -27,8 +27,8 @@ options:
     required: true
   manifest_path:
     description:
-      - Where the manifest is kept. Defaults to C(.<name>.sparkops-manifest.json) beside the model folder, so that
-        the model folder itself (for example a Hugging Face cache snapshot) is never written to.
+      - Where the manifest is kept. Defaults to C(.<name>.sparkops-manifest.json) beside the model folder, so
+        that the model folder itself (for example a Hugging Face cache snapshot) is never written to.
     type: path
   expected:
     description:
@@ -36,8 +36,8 @@ options:
     type: dict
   missing_ok:
     description:
-      - Accept a model folder that does not exist yet (a worker before its first copy); every expected file is then
-        missing. Without it a missing folder fails.
+      - Accept a model folder that does not exist yet (a worker before its first copy); every expected file is
+        then missing. Without it a missing folder fails.
     type: bool
     default: false
   hash_workers:
@@ -47,7 +47,8 @@ options:
     default: 4
   rehash:
     description:
-      - Hash every file again, even when its size and mtime match the manifest (finds corruption that kept both).
+      - Hash every file again, even when its size and mtime match the manifest (finds corruption that kept
+        both).
     type: bool
     default: false
   drop_cache:
@@ -121,7 +122,8 @@ total_bytes:
   type: int
 mount_root:
   description:
-    - The directory a container must bind-mount at the same path so that the model and everything its links point
+    - The directory a container must bind-mount at the same path so that the model and everything its links
+      point
       to are reachable (the model folder itself when it holds no links out of it).
   returned: success
   type: str
@@ -132,7 +134,8 @@ mismatches:
   type: list
   elements: dict
   sample:
-    - {path: model-00003-of-00008.safetensors, reason: truncated, expected_size: 67108864, actual_size: 1048576}
+    - {path: model-00003-of-00008.safetensors, reason: truncated, expected_size: 67108864, actual_size:
+      1048576}
   contains:
     path: {description: The file's path inside the model folder, type: str}
     reason: {description: "C(missing), C(truncated), C(size differs) or C(sha256 differs)", type: str}
@@ -189,7 +192,9 @@ def _write(path, text):
 
 
 def _diff_lines(manifest):
-    return "".join(f"{rel} {e['size']} {e['sha256']}\n" for rel, e in sorted(manifest.get("files", {}).items()))
+    return "".join(
+        f"{rel} {e['size']} {e['sha256']}\n" for rel, e in sorted(manifest.get("files", {}).items())
+    )
 
 
 def run(params, check_mode):
@@ -200,7 +205,8 @@ def run(params, check_mode):
     present = os.path.isdir(path)
     if not present and not params["missing_ok"]:
         raise ManifestError(
-            f"{path} does not exist. Put the model there (or set missing_ok for a node that has not received it yet)."
+            f"{path} does not exist. Put the model there (or set missing_ok for a node that has not "
+            "received it yet)."
         )
     if present:
         manifest, hashed = build(
@@ -211,7 +217,10 @@ def run(params, check_mode):
             drop_cache=params["drop_cache"],
         )
     else:
-        manifest, hashed = {"version": previous["version"], "files": {}, "total_bytes": 0, "linked_files": 0}, []
+        manifest, hashed = (
+            {"version": previous["version"], "files": {}, "total_bytes": 0, "linked_files": 0},
+            [],
+        )
     files = manifest["files"]
     old_text = dumps(previous) if previous.get("files") else ""
     new_text = dumps(manifest)
@@ -265,7 +274,9 @@ def main():
     except ManifestError as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
-        module.fail_json(msg=f"Cannot read the model at {module.params['path']}: {exc}. Check the path and its mode.")
+        module.fail_json(
+            msg=f"Cannot read the model at {module.params['path']}: {exc}. Check the path and its mode."
+        )
     module.exit_json(**result)
 
 

@@ -7,16 +7,16 @@ module: model_sync_copy
 short_description: Copy model files from the head to one worker in parallel rsync streams over the RoCE link
 version_added: 0.1.0
 description:
-  - Runs on the head. Splits O(files) into O(streams) lists of nearly equal bytes and runs one rsync per list, all
-    at once, to the worker's RoCE address O(host).
-  - Links are dereferenced (C(-L)), so a Hugging Face cache snapshot arrives as real files. Interrupted files stay
-    in O(partial_dir) on the worker and a rerun resumes them.
+  - Runs on the head. Splits O(files) into O(streams) lists of nearly equal bytes and runs one rsync per list,
+    all at once, to the worker's RoCE address O(host).
+  - Links are dereferenced (C(-L)), so a Hugging Face cache snapshot arrives as real files. Interrupted files
+    stay in O(partial_dir) on the worker and a rerun resumes them.
   - O(transport=ssh) uses the cluster key O(ssh_key), checks the worker's host key against O(ssh_known_hosts)
     (never C(StrictHostKeyChecking=no)), the O(ssh_cipher) cipher and no compression.
   - O(transport=rsyncd) talks to an rsync daemon on the worker (started by the role for the copy only); the
     password is passed in the environment, never on disk or in argv.
-  - Appends a progress line per interval to O(progress_path) (bytes, percent, rate, streams running), so a long
-    copy can be followed with C(tail -f) while the task is polled.
+  - Appends a progress line per interval to O(progress_path) (bytes, percent, rate, streams running), so a
+    long copy can be followed with C(tail -f) while the task is polled.
   - Only copies; checking the result against the manifest is C(sparkops.vllm.model_manifest)'s job.
 author:
   - sparkops.vllm contributors
@@ -199,8 +199,12 @@ def main():
     sizes = {rel: int(_size(p["sizes"][rel])) for rel in p["files"]}
     if not p["files"] or module.check_mode:
         module.exit_json(
-            changed=bool(p["files"]), files=sorted(p["files"]), bytes=sum(sizes.values()), seconds=0.0,
-            rate_bytes_per_s=0, streams=[],
+            changed=bool(p["files"]),
+            files=sorted(p["files"]),
+            bytes=sum(sizes.values()),
+            seconds=0.0,
+            rate_bytes_per_s=0,
+            streams=[],
         )
     rsync = module.get_bin_path("rsync", required=True)
     try:
@@ -210,8 +214,8 @@ def main():
             p["host"],
             p["files"],
             sizes,
-            p["transport"],
-            max(1, p["streams"]),
+            transport=p["transport"],
+            streams=max(1, p["streams"]),
             partial_dir=p["partial_dir"],
             io_timeout=p["io_timeout"],
             bwlimit_kib=p["bwlimit_kib"],

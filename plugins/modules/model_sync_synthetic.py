@@ -8,12 +8,15 @@ short_description: Create a synthetic safetensors model in the Hugging Face cach
 version_added: 0.1.0
 description:
   - Builds C(<cache_dir>/models--<org>--<name>/) with C(refs/main), C(blobs/<sha256>) and
-    C(snapshots/<revision>/) whose files are relative links into C(../../blobs/), as C(hf download) leaves a model.
+    C(snapshots/<revision>/) whose files are relative links into C(../../blobs/), as C(hf download) leaves a
+    model.
   - The snapshot holds C(config.json) (a tiny MoE config), C(generation_config.json),
-    C(model.safetensors.index.json) and O(shards) C(*.safetensors) files of exactly O(shard_mib) MiB each, with a
-    valid safetensors header and deterministic incompressible bytes: every run builds byte-identical files.
+    C(model.safetensors.index.json) and O(shards) C(*.safetensors) files of exactly O(shard_mib) MiB each,
+    with a valid safetensors header and deterministic incompressible bytes, so every run builds byte-identical
+    files.
   - Optionally points O(link) (the model path vLLM is given) at the snapshot with a relative link.
-  - Idempotent: files whose link, size and header are right are left alone, so a rerun writes nothing.
+  - Idempotent in effect, since files whose link, size and header are right are left alone (a rerun
+    writes nothing).
   - For the lab only; a real cluster's model is already on the head or downloaded with C(hf download).
 author:
   - sparkops.vllm contributors
@@ -67,7 +70,7 @@ snapshot:
   description: The snapshot directory.
   returned: success
   type: str
-  sample: /srv/models/hf-cache/hub/models--sparkops-lab--tiny-moe/snapshots/3f786850e387550fdab836ed7e6dc881de23001b
+  sample: /srv/models/hf-cache/hub/models--lab--tiny/snapshots/3f786850e387550fdab836ed7e6dc881de23001b
 created:
   description: Files (re)created this run, or that would be in check mode.
   returned: success
