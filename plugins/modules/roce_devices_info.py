@@ -146,7 +146,9 @@ def main():
     try:
         found = roce_devices(module.params["sysfs_root"], interface, module.params["address"])
     except ValueError as exc:
-        module.fail_json(msg=f"address {module.params['address']!r} is not an IP address ({exc}); pass ib_address.")
+        module.fail_json(
+            msg=f"address {module.params['address']!r} is not an IP address ({exc}); pass ib_address."
+        )
     for warning in found.pop("warnings"):
         module.warn(warning)
     module.exit_json(
