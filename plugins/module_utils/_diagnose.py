@@ -25,20 +25,28 @@ import argparse
 import json
 import re
 import sys
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any
 
 try:  # Imported as part of the collection (module, tests).
     from ansible_collections.sparkops.vllm.plugins.module_utils._log_lines import (
         clean_physical,
-        iter_path_lines,
+        iter_path_chunks,
         normalize,
+        strip_ansi_bytes,
     )
     from ansible_collections.sparkops.vllm.plugins.module_utils._vllm_memory_log import parse_memory_lines
 except ImportError:  # pragma: no cover - copied next to _log_lines.py on its own
-    from _log_lines import clean_physical, iter_path_lines, normalize  # type: ignore[no-redef]
+    from _log_lines import (  # type: ignore[no-redef]
+        clean_physical,
+        iter_path_chunks,
+        normalize,
+        strip_ansi_bytes,
+    )
     from _vllm_memory_log import parse_memory_lines  # type: ignore[no-redef]
 
 __all__ = [
@@ -208,6 +216,10 @@ class Rule:
     the pattern, or given where the derived word is too common); a line without any
     skips the regex, and a line without any rule's anchor is skipped altogether, which
     keeps a busy log cheap.
+
+    ``needs`` are the lower-case words the pattern itself spells out, which every match
+    in an ASCII line contains; a line that lacks one cannot match, so the regex is not
+    run. Unlike the anchors they change no result, only the cost.
     """
 
     finding: str
@@ -215,10 +227,16 @@ class Rule:
     pattern: re.Pattern[str]
     kind: str
     anchors: tuple[str, ...]
+    needs: tuple[str, ...] = ()
 
 
-def _anchor(pattern: str) -> str | None:
-    """The longest word that every match of ``pattern`` must contain, if one is certain."""
+def _literal_words(pattern: str, shortest: int = 4) -> list[str] | None:
+    """The literal words that every match of ``pattern`` must contain, in pattern order.
+
+    Escapes, character classes, groups and optional or repeated characters are cut
+    out, so what is left is spelt letter for letter in every match. ``None`` when an
+    alternation outside any group leaves nothing certain.
+    """
     text = re.sub(r"\\.", " ", pattern)
     text = re.sub(r"\[[^\]]*\]", " ", text)
     previous = None
@@ -228,15 +246,71 @@ def _anchor(pattern: str) -> str | None:
     if "|" in text or "(" in text:
         return None
     text = re.sub(r".[?*]", " ", text)
-    words = re.findall(r"[A-Za-z_/]{4,}", text)
+    text = re.sub(r".\{[^}]*\}", " ", text)
+    return re.findall(rf"[A-Za-z_/]{{{shortest},}}", text)
+
+
+def _anchor(pattern: str) -> str | None:
+    """The longest word that every match of ``pattern`` must contain, if one is certain."""
+    words = _literal_words(pattern)
     return max(words, key=len).lower() if words else None
+
+
+def _needs(pattern: str) -> tuple[str, ...]:
+    """The words of ``pattern`` to test before running it (see :class:`Rule`)."""
+    words = _literal_words(pattern, 3) or []
+    return tuple(sorted({word.lower() for word in words}, key=len, reverse=True))
+
+
+def _top_branches(pattern: str) -> list[str]:
+    """``pattern`` split at each ``|`` that no group or character class encloses."""
+    branches, depth, start, index, in_class = [], 0, 0, 0, False
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "\\":
+            index += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            # A "]" first in the class (after an optional "^") is a literal.
+            if pattern[index + 1 : index + 2] == "^":
+                index += 1
+            if pattern[index + 1 : index + 2] == "]":
+                index += 1
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            branches.append(pattern[start:index])
+            start = index + 1
+        index += 1
+    branches.append(pattern[start:])
+    return branches
+
+
+def _gate(pattern: str) -> tuple[tuple[str, ...], ...] | None:
+    """The words of each top-level branch of ``pattern``.
+
+    An ASCII line that lacks a word of every branch cannot match. ``None`` when some
+    branch spells out no certain word (the regex must always run).
+    """
+    gate = []
+    for branch in _top_branches(pattern):
+        found = _literal_words(branch, 3)
+        if not found:
+            return None
+        gate.append(tuple(sorted({word.lower() for word in found}, key=len, reverse=True)))
+    return tuple(gate)
 
 
 def _rule(finding: str, severity: str, kind: str, pattern: str, *anchors: str) -> Rule:
     derived = _anchor(pattern)
     if not anchors and derived is None:
         raise ValueError(f"rule {finding}/{kind} needs explicit anchors: {pattern}")
-    return Rule(finding, severity, _rx(pattern), kind, anchors or (derived,))
+    return Rule(finding, severity, _rx(pattern), kind, anchors or (derived,), _needs(pattern))
 
 
 # Pseudo findings resolved at the end: "_oom" becomes cuda_graph_capture_oom or
@@ -569,21 +643,159 @@ TRIGGER_TOKENS: tuple[str, ...] = tuple(
     token for token in _ALL_TOKENS if not any(other != token and other in token for other in _ALL_TOKENS)
 )
 
+# Each anchor with the rules (by index, in table order) it opens.
+_ANCHOR_RULES: tuple[tuple[str, tuple[int, ...]], ...] = tuple(
+    (anchor, tuple(index for index, rule in enumerate(RULES) if anchor in rule.anchors))
+    for anchor in dict.fromkeys(anchor for rule in RULES for anchor in rule.anchors)
+)
+# Every anchor holds a trigger token: a line's tokens name the only anchors to test.
+_TOKEN_ANCHORS: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {
+    token: tuple(entry for entry in _ANCHOR_RULES if token in entry[0]) for token in TRIGGER_TOKENS
+}
+
+
+def _ascii_lower(text: str) -> str:
+    """``text.lower()``, with any non-ASCII character replaced by ``?``.
+
+    It holds exactly the ASCII words the lower-cased text holds (no token has a
+    ``?``), and substring tests on an ASCII string are much cheaper.
+    """
+    low = text.lower()
+    return low if low.isascii() else low.encode("ascii", "replace").decode("ascii")
+
+
+# -- the block prefilter ------------------------------------------------------
+#
+# A file is read in blocks of whole lines. Instead of testing every line for every
+# trigger token, a few regex passes over the whole block (lower-cased, line breaks
+# removed, so a token a terminal cut in two is found too) name the few lines that
+# hold a token or sit next to one; only those take the per-line path. Each pass
+# looks for one "pivot" letter, rare in logs, and checks the tokens around it.
+_PIVOT_PREFERENCE = "kvbfgudlo"
+# Bytes of the last _JUNCTION characters of a line, at most (UTF-8).
+_TAIL_BYTES = 4 * _JUNCTION
+
+
+def _pivot_rank(char: str) -> int:
+    found = _PIVOT_PREFERENCE.find(char)
+    return found if found >= 0 else len(_PIVOT_PREFERENCE) + ord(char)
+
+
+def _trie_source(node: dict[str, Any]) -> str:
+    alternatives = []
+    for key in sorted(node):
+        if key == "":
+            alternatives.extend(f"(?<={re.escape(token)})" for token in sorted(node[key]))
+        else:
+            alternatives.append(re.escape(key) + _trie_source(node[key]))
+    return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
+
+
+def _pivot_scanners(tokens: Iterable[str]) -> tuple[tuple[re.Pattern[bytes], int, int], ...]:
+    """One ``(regex, before, after)`` per pivot letter.
+
+    The regex matches the pivot letter of any token placed on it (the rest of the
+    token is checked by look-ahead and look-behind, so overlapping tokens are all
+    found); the token lies within ``before`` bytes before and ``after`` bytes from the
+    match start.
+    """
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for token in tokens:
+        if not token.isascii() or token != token.lower():
+            raise ValueError(f"trigger token {token!r} is not lower-case ASCII")
+        index = min(range(len(token)), key=lambda at, token=token: _pivot_rank(token[at]))
+        groups.setdefault(token[index], []).append((index, token))
+    scanners = []
+    for pivot, items in sorted(groups.items()):
+        tree: dict[str, Any] = {}
+        for index, token in items:
+            node = tree
+            for char in token[index + 1 :]:
+                node = node.setdefault(char, {})
+            node.setdefault("", set()).add(token)
+        source = re.escape(pivot) + "(?=" + _trie_source(tree) + ")"
+        before = max(index for index, _ in items)
+        after = max(len(token) - index for index, token in items)
+        scanners.append((re.compile(source.encode("ascii")), before, after))
+    return tuple(scanners)
+
+
+_PIVOT_SCANNERS = _pivot_scanners(TRIGGER_TOKENS)
+# Characters whose str.lower() holds ASCII letters (U+0130, U+212A), UTF-8 encoded: a
+# line with one could hold a token that the bytes do not spell out.
+_LOWER_TO_ASCII = (b"\xc4\xb0", b"\xe2\x84\xaa")
+# ip= after an ASCII non-word byte or at a line start; after a non-ASCII character
+# whether \b holds depends on the character, so those lines take the per-line path.
+# (Both open with the literal "ip=", which the regex engine finds fast.)
+_IP_BYTES = re.compile(rb"ip=(?<![A-Za-z0-9_\x80-\xff]ip=)([0-9A-Fa-f.:]+)")
+_IP_AFTER_NON_ASCII = re.compile(rb"ip=(?<=[\x80-\xff]ip=)")
+_RECORD_STARTS_BYTES = tuple(start.encode("ascii") for start in _RECORD_STARTS)
+_E_LINE = re.compile(rb"\nE   ")
+
 
 # State markers for CUDA graph capture, matched on lines that passed the filter.
-_CAPTURE_START = _rx(r"Capturing (?:CUDA ?graphs?|cudagraphs?|batches)|Profiling CUDA graph memory")
-_CAPTURE_FRAME = _rx(
+_CAPTURE_START_SOURCE = r"Capturing (?:CUDA ?graphs?|cudagraphs?|batches)|Profiling CUDA graph memory"
+_CAPTURE_FRAME_SOURCE = (
     r"capture_(?:end|begin|model)\b|torch\.cuda\.graph\b|_capture_cudagraph|cudagraph_capture"
     r"|CUDAGraphWrapper|capture_graph|cuda_graph_runner|graph_capture"
 )
-_CAPTURE_END = _rx(
+_CAPTURE_END_SOURCE = (
     r"Graph capturing finished|init engine \(profile, create kv cache, warmup model\) took"
     r"|Starting vLLM API server|Application startup complete"
 )
+_CAPTURE_START = _rx(_CAPTURE_START_SOURCE)
+_CAPTURE_FRAME = _rx(_CAPTURE_FRAME_SOURCE)
+_CAPTURE_END = _rx(_CAPTURE_END_SOURCE)
+# (regex, words): in an ASCII line holding none of the words the regex cannot match.
+_CAPTURE_START_GATE = _gate(_CAPTURE_START_SOURCE)
+_CAPTURE_FRAME_GATE = _gate(_CAPTURE_FRAME_SOURCE)
+_CAPTURE_END_GATE = _gate(_CAPTURE_END_SOURCE)
 # Lines worth handing to the memory-log parser (its figures are quoted in summaries).
 _MEMORY_HINTS = ("took", "kv cache", "actual usage", "free memory on device", "memory profiling", "takes")
 _MAX_MEMORY_LINES = 512
 _NODE_IP = re.compile(r"IP address of ([0-9A-Za-z][\w.:-]*?),")
+
+
+def _candidate_rules(text: str, low: str, tokens: Iterable[str] | None = None) -> list[Rule]:
+    """The rules, in table order, whose anchor ``low`` holds and that ``text`` may match.
+
+    ``low`` is :func:`_ascii_lower` of ``text``; ``tokens``, when given, are the
+    trigger tokens of a line ``text`` was cut from (only anchors holding one can be
+    in ``low``). A rule whose ``needs`` an ASCII ``text`` lacks cannot match it and
+    is left out; for any other text only the anchors decide.
+    """
+    if tokens is None:
+        anchors = _ANCHOR_RULES
+    else:
+        anchors = tuple(dict.fromkeys(entry for token in tokens for entry in _TOKEN_ANCHORS[token]))
+    opened = [indexes for anchor, indexes in anchors if anchor in low]
+    if not opened:
+        return []
+    order = opened[0] if len(opened) == 1 else sorted(set().union(*opened))
+    if not text.isascii():
+        return [RULES[index] for index in order]
+    rules = []
+    for index in order:
+        rule = RULES[index]
+        for word in rule.needs:
+            if word not in low:
+                break
+        else:
+            rules.append(rule)
+    return rules
+
+
+def _may_match(gate: tuple[tuple[str, ...], ...] | None, low: str, plain: bool) -> bool:
+    """False only when an ASCII (``plain``) line lacks a word of every branch of ``gate``."""
+    if gate is None or not plain:
+        return True
+    for words in gate:
+        for word in words:
+            if word not in low:
+                break
+        else:
+            return True
+    return False
 
 
 @dataclass
@@ -703,6 +915,11 @@ class Scanner:
         self._prev_line = ""
         self._prev_number = 0
         self._prev_matched = False
+        # The last line normalised and its result: a wrapped continuation joins to it.
+        self._normalized: tuple[str, tuple[str, str | None, str | None, str | None, int, bool]] = (
+            "",
+            normalize(""),
+        )
         self._capture_active = False
         self._capture_finished: set[str | None] = set()
         self._capture_frames: deque[int] = deque(maxlen=32)
@@ -731,21 +948,138 @@ class Scanner:
         """Look at one physical line."""
         self.lines_read += 1
         self.bytes_read += len(raw)
-        line = clean_physical(raw)
-        low = line.lower()
-        hit = any(map(low.__contains__, TRIGGER_TOKENS))
+        self._look(clean_physical(raw), number)
+
+    def feed_file(self, path: str, block_size: int = 1 << 20) -> None:
+        """Feed the current file from ``path``: the same as :meth:`feed_lines`, faster.
+
+        The file is read in blocks of whole lines; a few regex passes per block (see
+        ``_PIVOT_SCANNERS``) pick the lines that :meth:`feed` would look at closely:
+        those holding a trigger token, those a wrapped token may continue into, and
+        the few whose bytes do not tell (carriage returns, ``E   `` markers, the
+        characters whose lower case is ASCII). Only those are decoded and fed one by
+        one; the state every other line would leave behind is restored when needed.
+        """
+        number = 0
+        # The last line of the block before, when it was not fed one by one.
+        held: bytes | None = None
+        pending = False
+        for block in iter_path_chunks(path, block_size):
+            lines = block.split(b"\n")
+            if block.endswith(b"\n"):
+                lines.pop()
+            count = len(lines)
+            self.lines_read += count
+            self.bytes_read += len(block) if block.isascii() else len(block.decode("utf-8", "replace"))
+            picked = self._pick_lines(block, lines)
+            if pending:
+                picked.add(0)
+            pending = count in picked
+            # The index of the last line fed one by one (-1: the line before the block,
+            # when it was fed or there is none).
+            fed = -1 if held is None else -2
+            for index in sorted(picked):
+                if index >= count:
+                    break
+                previous = lines[index - 1] if index else held
+                if index != fed + 1 and previous is not None:
+                    self._restore(previous, number + index)
+                self._look(clean_physical(lines[index].decode("utf-8", "replace")), number + index + 1)
+                fed = index
+            held = None if fed == count - 1 else lines[-1]
+            number += count
+        if held is not None:
+            self._restore(held, number)
+
+    def _restore(self, raw: bytes, number: int) -> None:
+        """Leave the state :meth:`feed` leaves after a line it did not look at closely."""
+        self._prev_line = clean_physical(raw.decode("utf-8", "replace"))
+        self._prev_number = number
+        self._prev_matched = False
+
+    def _pick_lines(self, block: bytes, lines: list[bytes]) -> set[int]:
+        """Indexes of the lines of ``block`` that must be fed one by one.
+
+        ``len(lines)`` among them stands for the first line of the next block. Notes
+        the hosts (``ip=``) of the lines left out on the way.
+        """
+        stripped = strip_ansi_bytes(block)
+        stripped_lines = lines if stripped is block else stripped.split(b"\n")[: len(lines)]
+        joined = stripped.lower().replace(b"\n", b"")
+        starts = list(accumulate(map(len, stripped_lines), initial=0))
+        last_byte = len(joined) - 1
+        picked: set[int] = set()
+        count = len(lines)
+        for scanner, before, after in _PIVOT_SCANNERS:
+            for match in scanner.finditer(joined):
+                at = match.start()
+                line = bisect_right(starts, at) - 1
+                end = starts[line + 1]
+                if at - before < starts[line] or at + after > end:
+                    # The token may cross line breaks: take every line it may touch.
+                    first = bisect_right(starts, max(at - before, 0)) - 1
+                    line = bisect_right(starts, min(at + after - 1, last_byte)) - 1
+                    end = starts[line + 1]
+                    picked.update(range(first, line + 1))
+                else:
+                    picked.add(line)
+                # The seam test of the next line sees this line's last _JUNCTION
+                # characters; it runs on a line that is not empty and starts no record.
+                if at + after > end - (_JUNCTION if stripped_lines[line].isascii() else _TAIL_BYTES):
+                    following = line + 1
+                    if following == count or (
+                        stripped_lines[following]
+                        and not stripped_lines[following].startswith(_RECORD_STARTS_BYTES)
+                    ):
+                        picked.add(following)
+        plain = stripped.isascii()
+        odd = (
+            b"\r" in stripped
+            or stripped.startswith(b"E   ")
+            or _E_LINE.search(stripped) is not None
+            or (not plain and any(code[-1:] in stripped and code in stripped for code in _LOWER_TO_ASCII))
+        )
+        note_hosts = len(self._seen_hosts) < 64 and b"ip=" in stripped
+        ambiguous_ip = note_hosts and not plain and _IP_AFTER_NON_ASCII.search(stripped) is not None
+        if not odd and not ambiguous_ip:
+            if note_hosts:
+                self._add_hosts(_IP_BYTES.findall(stripped))
+            return picked
+        hosts = []
+        for index, line in enumerate(stripped_lines):
+            if b"\r" in line or any(code in line for code in _LOWER_TO_ASCII):
+                picked.update((index, index + 1))
+                continue
+            if line.startswith(b"E   ") or _IP_AFTER_NON_ASCII.search(line):
+                picked.add(index)
+            if note_hosts and b"ip=" in line:
+                hosts.extend(_IP_BYTES.findall(line))
+        self._add_hosts(hosts)
+        return picked
+
+    def _add_hosts(self, hosts: Iterable[bytes]) -> None:
+        # The lines fed one by one note their own hosts. The set is filled a block at a
+        # time rather than a line at a time, which can only differ once it holds 64
+        # addresses, where all that is read from it (more than one) holds either way.
+        if len(self._seen_hosts) < 64:
+            self._seen_hosts.update(host.decode("ascii") for host in set(hosts))
+
+    def _look(self, line: str, number: int) -> None:
+        """Look at one cleaned physical line."""
+        low = _ascii_lower(line)
+        tokens = tuple(filter(low.__contains__, TRIGGER_TOKENS))
         if "ip=" in low:
             self._note_hosts(line)
         prev = self._prev_line
         junction = False
         # A line that opens with a process prefix or log level starts a record of its own,
         # so it cannot be the tail of a wrapped phrase.
-        if prev and line and not hit and not line.startswith(_RECORD_STARTS):
+        if prev and line and not tokens and not line.startswith(_RECORD_STARTS):
             # A key phrase cut in two by a terminal: test the seam only.
             head = line[4:] if line.startswith("E   ") else line
-            seam = (prev[-_JUNCTION:] + head[:_JUNCTION]).lower()
+            seam = _ascii_lower(prev[-_JUNCTION:] + head[:_JUNCTION])
             junction = any(map(seam.__contains__, TRIGGER_TOKENS))
-        self._prev_matched = self._examine(line, number, prev) if hit or junction else False
+        self._prev_matched = self._examine(line, number, prev, tokens) if tokens or junction else False
         self._prev_line = line
         self._prev_number = number
 
@@ -755,22 +1089,31 @@ class Scanner:
             for match in re.finditer(r"\bip=([0-9A-Fa-f.:]+)", line):
                 self._seen_hosts.add(match.group(1))
 
-    def _examine(self, line: str, number: int, prev: str) -> bool:
-        text, host, source, _level, repeated, headed = normalize(line)
+    def _examine(self, line: str, number: int, prev: str, tokens: tuple[str, ...]) -> bool:
+        normalized = normalize(line)
+        text, host, source, _level, repeated, headed = normalized
         host = self.context.host_name(host or self._path_host)
-        matched = self._match(text, number, host, source, repeated)
+        low = _ascii_lower(text)
+        # Without a token in the line no anchor is in it, and no rule can match.
+        matched = bool(tokens) and self._match(
+            text, low, tokens=tokens, number=number, host=host, source=source, repeated=repeated
+        )
         if not headed and prev and not self._prev_matched:
             # Terminal-wrapped continuation: join it to the line before and keep only
             # a match that crosses the seam (each half was looked at on its own).
-            prev_text, prev_host, prev_source, _l, prev_repeated, _h = normalize(prev)
+            known, prev_normalized = self._normalized
+            if known != prev:
+                prev_normalized = normalize(prev)
+            prev_text, prev_host, prev_source, _l, prev_repeated, _h = prev_normalized
             joined = prev_text + text
             seam = len(prev_text)
-            around = joined[max(0, seam - _JUNCTION) : seam + _JUNCTION].lower()
-            rules = RULES if any(token in around for token in TRIGGER_TOKENS) else ()
-            joined_low = joined.lower()
+            around = _ascii_lower(joined[max(0, seam - _JUNCTION) : seam + _JUNCTION])
+            rules = (
+                _candidate_rules(joined, _ascii_lower(joined))
+                if any(token in around for token in TRIGGER_TOKENS)
+                else ()
+            )
             for rule in rules:
-                if not any(anchor in joined_low for anchor in rule.anchors):
-                    continue
                 found = rule.pattern.search(joined)
                 if found and found.start() < seam < found.end():
                     self._record(
@@ -784,17 +1127,22 @@ class Scanner:
                     )
                     matched = True
                     break
-        self._markers(text, number, source)
+        self._normalized = (line, normalized)
+        self._markers(text, low, number, source)
         return matched
 
-    def _match(self, text: str, number: int, host: str | None, source: str | None, repeated: int) -> bool:
-        low = text.lower()
-        for rule in RULES:
-            for anchor in rule.anchors:
-                if anchor in low:
-                    break
-            else:
-                continue
+    def _match(
+        self,
+        text: str,
+        low: str,
+        *,
+        tokens: tuple[str, ...],
+        number: int,
+        host: str | None,
+        source: str | None,
+        repeated: int,
+    ) -> bool:
+        for rule in _candidate_rules(text, low, tokens):
             found = rule.pattern.search(text)
             if found:
                 self._record(
@@ -862,26 +1210,25 @@ class Scanner:
                 )
             )
 
-    def _markers(self, text: str, number: int, source: str | None) -> None:
-        if _CAPTURE_START.search(text):
+    def _markers(self, text: str, low: str, number: int, source: str | None) -> None:
+        plain = text.isascii()
+        if _may_match(_CAPTURE_START_GATE, low, plain) and _CAPTURE_START.search(text):
             self._capture_active = True
             self._capture_finished.clear()
-        if _CAPTURE_FRAME.search(text):
+        if _may_match(_CAPTURE_FRAME_GATE, low, plain) and _CAPTURE_FRAME.search(text):
             self._capture_frames.append(number)
             # A traceback printed after its exception line (Ray's format): the OOM
             # just above belongs to the capture too.
             for event in self._pending_oom:
                 if 0 <= number - event.line <= _CAPTURE_WINDOW and event.path == self._path:
                     event.during_capture = True
-        if _CAPTURE_END.search(text):
-            if source is None or "graph capturing finished" not in text.lower():
+        if _may_match(_CAPTURE_END_GATE, low, plain) and _CAPTURE_END.search(text):
+            if source is None or "graph capturing finished" not in low:
                 self._capture_active = False
             else:
                 self._capture_finished.add(source)
-        if len(self._memory_lines) < _MAX_MEMORY_LINES:
-            low = text.lower()
-            if any(hint in low for hint in _MEMORY_HINTS):
-                self._memory_lines.append(text)
+        if len(self._memory_lines) < _MAX_MEMORY_LINES and any(hint in low for hint in _MEMORY_HINTS):
+            self._memory_lines.append(text)
 
     def _add(self, event: _Event) -> None:
         finding = self.findings.get(event.finding)
@@ -1304,7 +1651,7 @@ def diagnose_paths(paths: Iterable[str], context: Mapping[str, Any] | None = Non
     scanner = Scanner(context)
     for path in paths:
         scanner.start_path(str(path))
-        scanner.feed_lines(iter_path_lines(str(path)))
+        scanner.feed_file(str(path))
     return scanner.finish()
 
 

@@ -25,14 +25,19 @@ __all__ = [
     "LogLine",
     "clean_physical",
     "iter_log_lines",
+    "iter_path_chunks",
     "iter_path_lines",
     "normalize",
     "strip_ansi",
+    "strip_ansi_bytes",
 ]
 
 # CSI sequences (colours, cursor moves), OSC sequences (titles, hyperlinks) and the
 # lone two-byte escapes some loggers emit.
 _ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+# The same on undecoded bytes of many lines at once. Only the OSC body could reach past
+# a line end, so it stops at ``\n``: every line comes out as _ANSI_RE leaves it alone.
+_ANSI_BYTES_RE = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 # Outer wrappers, peeled repeatedly from the start of a line in any order.
 _OUTER_PATTERNS = (
@@ -84,6 +89,25 @@ _REPEATED_RE = re.compile(
     r"(?:\s*\(Ray deduplicates logs by default\.[^)]*\))?\s*$"
 )
 
+# Every prefix pattern above, in one alternation: when none matches at the start of
+# what is left, a round of peeling cannot change anything and the loop ends at once.
+_ANY_PREFIX_RE = re.compile(
+    "|".join(
+        re.sub(r"\(\?P<\w+>", "(?:", pattern.pattern)
+        for pattern in (
+            *_OUTER_PATTERNS,
+            _SYSLOG_RE,
+            _PROC_PREFIX_RE,
+            _VLLM_HEADER_RE,
+            _RAY_CPP_HEADER_RE,
+            _NCCL_HEADER_RE,
+        )
+    )
+)
+
+# First letters of the levels _VLLM_HEADER_RE knows (each entry one character long).
+_LEVEL_INITIALS = ("D", "I", "W", "E", "C")
+
 _LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "CRITICAL", "D": "DEBUG", "WARN": "WARNING"}
 
 
@@ -116,6 +140,13 @@ def strip_ansi(text: str) -> str:
     return _ANSI_RE.sub("", text)
 
 
+def strip_ansi_bytes(data: bytes) -> bytes:
+    """Remove ANSI sequences from undecoded lines; each line ends up as :func:`strip_ansi` leaves it."""
+    if b"\x1b" not in data:
+        return data
+    return _ANSI_BYTES_RE.sub(b"", data)
+
+
 def clean_physical(raw: str) -> str:
     """Cheap first pass over a physical line: line ending, ANSI codes, carriage returns.
 
@@ -142,50 +173,76 @@ def normalize(line: str) -> tuple[str, str | None, str | None, str | None, int, 
     headed = False
     repeated = 1
 
-    match = _REPEATED_RE.search(line)
-    if match:
-        repeated = int(match.group("n"))
-        line = line[: match.start()]
+    if "[repeated " in line:
+        match = _REPEATED_RE.search(line)
+        if match:
+            repeated = int(match.group("n"))
+            line = line[: match.start()]
 
     text = line
     # Prefixes nest and interleave in any order, so peel until nothing changes.
+    outer_e, outer_iso, outer_bracket, outer_compose = _OUTER_PATTERNS
     for _ in range(16):
         before = text
         stripped = text.lstrip()
-        for pattern in _OUTER_PATTERNS:
-            match = pattern.match(stripped)
+        if not _ANY_PREFIX_RE.match(stripped):
+            break
+        # Each pattern is tried only where its first character could start it (a
+        # cheap test that never rules out a match), in the order and with the effect
+        # of trying them all.
+        if stripped.startswith("E  "):
+            match = outer_e.match(stripped)
             if match:
                 stripped = stripped[match.end() :]
-        match = _SYSLOG_RE.match(stripped)
-        if match:
-            host = host or match.group("host")
-            stripped = stripped[match.end() :]
-            headed = True
-        match = _PROC_PREFIX_RE.match(stripped)
-        if match:
-            body = match.group("body")
-            source = body
-            ip_match = _IP_IN_PREFIX_RE.search(body)
-            if ip_match:
-                # The innermost prefix is the process that printed the line.
-                host = ip_match.group("ip")
-            stripped = stripped[match.end() :]
-            headed = True
-        match = _VLLM_HEADER_RE.match(stripped)
-        if match:
-            level = _LEVELS.get(match.group("level"), match.group("level"))
-            stripped = stripped[match.end() :]
-            headed = True
-        match = _RAY_CPP_HEADER_RE.match(stripped)
-        if match:
-            level = _LEVELS.get(match.group("level"), match.group("level"))
-            stripped = stripped[match.end() :]
-            headed = True
-        match = _NCCL_HEADER_RE.match(stripped)
-        if match:
-            host = host or match.group("host")
-            stripped = stripped[match.end() :]
-            headed = True
+        if stripped[:1].isdigit():
+            match = outer_iso.match(stripped)
+            if match:
+                stripped = stripped[match.end() :]
+        if stripped.startswith("["):
+            match = outer_bracket.match(stripped)
+            if match:
+                stripped = stripped[match.end() :]
+        if "|" in stripped:
+            match = outer_compose.match(stripped)
+            if match:
+                stripped = stripped[match.end() :]
+        first = stripped[:1]
+        if "A" <= first <= "Z" or first.isdigit():
+            match = _SYSLOG_RE.match(stripped)
+            if match:
+                host = host or match.group("host")
+                stripped = stripped[match.end() :]
+                headed = True
+        if stripped.startswith("("):
+            match = _PROC_PREFIX_RE.match(stripped)
+            if match:
+                body = match.group("body")
+                source = body
+                ip_match = _IP_IN_PREFIX_RE.search(body)
+                if ip_match:
+                    # The innermost prefix is the process that printed the line.
+                    host = ip_match.group("ip")
+                stripped = stripped[match.end() :]
+                headed = True
+        if stripped[:1] in _LEVEL_INITIALS:
+            match = _VLLM_HEADER_RE.match(stripped)
+            if match:
+                level = _LEVELS.get(match.group("level"), match.group("level"))
+                stripped = stripped[match.end() :]
+                headed = True
+        if stripped.startswith("["):
+            match = _RAY_CPP_HEADER_RE.match(stripped)
+            if match:
+                level = _LEVELS.get(match.group("level"), match.group("level"))
+                stripped = stripped[match.end() :]
+                headed = True
+        first = stripped[:1]
+        if first.isascii() and first.isalnum():
+            match = _NCCL_HEADER_RE.match(stripped)
+            if match:
+                host = host or match.group("host")
+                stripped = stripped[match.end() :]
+                headed = True
         # Keep a traceback's indentation: only strip what the prefixes left behind.
         text = stripped if stripped != text.lstrip() else text
         if text == before:
@@ -199,6 +256,29 @@ def iter_log_lines(lines: Iterable[str], start: int = 1) -> Iterator[LogLine]:
         cleaned = clean_physical(raw)
         text, host, source, level, repeated, headed = normalize(cleaned)
         yield LogLine(number, cleaned, text, host, source, level, repeated, headed)
+
+
+def iter_path_chunks(path: str, size: int = 1 << 20) -> Iterator[bytes]:
+    """Yield a file's bytes in blocks of whole lines, streaming and in constant memory.
+
+    Every block but the last ends with ``\\n``; a block is about ``size`` bytes, or one
+    line when a single line is longer. Splitting the blocks on ``\\n`` gives the lines
+    :func:`iter_path_lines` yields, undecoded.
+    """
+    with open(path, "rb") as handle:
+        rest = b""
+        while True:
+            block = handle.read(size)
+            if not block:
+                if rest:
+                    yield rest
+                return
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                rest += block
+                continue
+            yield rest + block[: cut + 1]
+            rest = block[cut + 1 :]
 
 
 def iter_path_lines(path: str) -> Iterator[str]:
