@@ -691,13 +691,13 @@ def _trie_source(node: dict[str, Any]) -> str:
     return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
 
 
-def _pivot_scanners(tokens: Iterable[str]) -> tuple[tuple[re.Pattern[bytes], int, int], ...]:
-    """One ``(regex, before, after)`` per pivot letter.
+def _pivot_scanners(tokens: Iterable[str]) -> tuple[tuple[re.Pattern[bytes], int, int, tuple[str, ...]], ...]:
+    """One ``(regex, before, after, tokens)`` per pivot letter.
 
-    The regex matches the pivot letter of any token placed on it (the rest of the
-    token is checked by look-ahead and look-behind, so overlapping tokens are all
-    found); the token lies within ``before`` bytes before and ``after`` bytes from the
-    match start.
+    The regex matches the pivot letter of any of ``tokens`` (the rest of the token is
+    checked by look-ahead and look-behind, so overlapping tokens are all found, and a
+    line holds one of ``tokens`` only where the regex matches); the token lies within
+    ``before`` bytes before and ``after`` bytes from the match start.
     """
     groups: dict[str, list[tuple[int, str]]] = {}
     for token in tokens:
@@ -716,11 +716,24 @@ def _pivot_scanners(tokens: Iterable[str]) -> tuple[tuple[re.Pattern[bytes], int
         source = re.escape(pivot) + "(?=" + _trie_source(tree) + ")"
         before = max(index for index, _ in items)
         after = max(len(token) - index for index, token in items)
-        scanners.append((re.compile(source.encode("ascii")), before, after))
+        ordered = tuple(token for _, token in items)
+        scanners.append((re.compile(source.encode("ascii")), before, after, ordered))
     return tuple(scanners)
 
 
 _PIVOT_SCANNERS = _pivot_scanners(TRIGGER_TOKENS)
+# The tokens of the scanners in a bit mask (bit i: _PIVOT_SCANNERS[i]), filled on use.
+_MASK_TOKENS: dict[int, tuple[str, ...]] = {}
+
+
+def _mask_tokens(mask: int) -> tuple[str, ...]:
+    tokens = _MASK_TOKENS.get(mask)
+    if tokens is None:
+        chosen = {token for bit, entry in enumerate(_PIVOT_SCANNERS) if mask >> bit & 1 for token in entry[3]}
+        tokens = _MASK_TOKENS[mask] = tuple(token for token in TRIGGER_TOKENS if token in chosen)
+    return tokens
+
+
 # Characters whose str.lower() holds ASCII letters (U+0130, U+212A), UTF-8 encoded: a
 # line with one could hold a token that the bytes do not spell out.
 _LOWER_TO_ASCII = (b"\xc4\xb0", b"\xe2\x84\xaa")
@@ -973,7 +986,7 @@ class Scanner:
             self.bytes_read += len(block) if block.isascii() else len(block.decode("utf-8", "replace"))
             picked = self._pick_lines(block, lines)
             if pending:
-                picked.add(0)
+                picked.setdefault(0, 0)
             pending = count in picked
             # The index of the last line fed one by one (-1: the line before the block,
             # when it was fed or there is none).
@@ -984,7 +997,12 @@ class Scanner:
                 previous = lines[index - 1] if index else held
                 if index != fed + 1 and previous is not None:
                     self._restore(previous, number + index)
-                self._look(clean_physical(lines[index].decode("utf-8", "replace")), number + index + 1)
+                mask = picked[index]
+                self._look(
+                    clean_physical(lines[index].decode("utf-8", "replace")),
+                    number + index + 1,
+                    TRIGGER_TOKENS if mask < 0 else _mask_tokens(mask),
+                )
                 fed = index
             held = None if fed == count - 1 else lines[-1]
             number += count
@@ -997,20 +1015,23 @@ class Scanner:
         self._prev_number = number
         self._prev_matched = False
 
-    def _pick_lines(self, block: bytes, lines: list[bytes]) -> set[int]:
-        """Indexes of the lines of ``block`` that must be fed one by one.
+    def _pick_lines(self, block: bytes, lines: list[bytes]) -> dict[int, int]:
+        """The lines of ``block`` that must be fed one by one, by index.
 
-        ``len(lines)`` among them stands for the first line of the next block. Notes
-        the hosts (``ip=``) of the lines left out on the way.
+        Each maps to a mask of the scanners that matched in it: the line's tokens are
+        among theirs (-1: any token, the bytes do not tell). ``len(lines)`` stands for
+        the first line of the next block. Notes the hosts (``ip=``) of the lines left
+        out on the way.
         """
         stripped = strip_ansi_bytes(block)
         stripped_lines = lines if stripped is block else stripped.split(b"\n")[: len(lines)]
         joined = stripped.lower().replace(b"\n", b"")
         starts = list(accumulate(map(len, stripped_lines), initial=0))
         last_byte = len(joined) - 1
-        picked: set[int] = set()
+        picked: dict[int, int] = {}
         count = len(lines)
-        for scanner, before, after in _PIVOT_SCANNERS:
+        for bit, (scanner, before, after, _tokens) in enumerate(_PIVOT_SCANNERS):
+            flag = 1 << bit
             for match in scanner.finditer(joined):
                 at = match.start()
                 line = bisect_right(starts, at) - 1
@@ -1020,9 +1041,10 @@ class Scanner:
                     first = bisect_right(starts, max(at - before, 0)) - 1
                     line = bisect_right(starts, min(at + after - 1, last_byte)) - 1
                     end = starts[line + 1]
-                    picked.update(range(first, line + 1))
+                    for index in range(first, line + 1):
+                        picked[index] = picked.get(index, 0) | flag
                 else:
-                    picked.add(line)
+                    picked[line] = picked.get(line, 0) | flag
                 # The seam test of the next line sees this line's last _JUNCTION
                 # characters; it runs on a line that is not empty and starts no record.
                 if at + after > end - (_JUNCTION if stripped_lines[line].isascii() else _TAIL_BYTES):
@@ -1031,7 +1053,7 @@ class Scanner:
                         stripped_lines[following]
                         and not stripped_lines[following].startswith(_RECORD_STARTS_BYTES)
                     ):
-                        picked.add(following)
+                        picked.setdefault(following, 0)
         plain = stripped.isascii()
         odd = (
             b"\r" in stripped
@@ -1048,10 +1070,11 @@ class Scanner:
         hosts = []
         for index, line in enumerate(stripped_lines):
             if b"\r" in line or any(code in line for code in _LOWER_TO_ASCII):
-                picked.update((index, index + 1))
+                picked[index] = -1
+                picked.setdefault(index + 1, 0)
                 continue
             if line.startswith(b"E   ") or _IP_AFTER_NON_ASCII.search(line):
-                picked.add(index)
+                picked.setdefault(index, 0)
             if note_hosts and b"ip=" in line:
                 hosts.extend(_IP_BYTES.findall(line))
         self._add_hosts(hosts)
@@ -1064,10 +1087,10 @@ class Scanner:
         if len(self._seen_hosts) < 64:
             self._seen_hosts.update(host.decode("ascii") for host in set(hosts))
 
-    def _look(self, line: str, number: int) -> None:
-        """Look at one cleaned physical line."""
+    def _look(self, line: str, number: int, among: tuple[str, ...] = TRIGGER_TOKENS) -> None:
+        """Look at one cleaned physical line; ``among`` holds every trigger token it may hold."""
         low = _ascii_lower(line)
-        tokens = tuple(filter(low.__contains__, TRIGGER_TOKENS))
+        tokens = tuple(filter(low.__contains__, among))
         if "ip=" in low:
             self._note_hosts(line)
         prev = self._prev_line

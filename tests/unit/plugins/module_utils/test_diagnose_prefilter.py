@@ -264,4 +264,7 @@ def test_rule_needs_hold_on_every_matching_fixture_line():
 def test_pivot_scanners_cover_every_token():
     for token in TRIGGER_TOKENS:
         text = f"xx {token} yy".encode()
-        assert any(scanner.search(text) for scanner, _before, _after in diagnose._PIVOT_SCANNERS), token
+        found = [entry for entry in diagnose._PIVOT_SCANNERS if entry[0].search(text)]
+        assert [token in entry[3] for entry in found] == [True], token
+    every = (1 << len(diagnose._PIVOT_SCANNERS)) - 1
+    assert diagnose._mask_tokens(every) == TRIGGER_TOKENS
