@@ -143,8 +143,14 @@ def _ensure_link(path, target):
         return False
     if os.path.lexists(path):
         if os.path.isdir(path) and not os.path.islink(path):
-            raise ValueError(f"{path} is a directory; remove it or choose another link path")
-        os.unlink(path)
+            # `docker run -v` leaves an empty directory when it mounts a model path that is not there yet.
+            if os.listdir(path):
+                raise ValueError(
+                    f"{path} is a directory that is not empty; remove it or choose another link path"
+                )
+            os.rmdir(path)
+        else:
+            os.unlink(path)
     os.symlink(target, path)
     return True
 

@@ -212,3 +212,16 @@ def test_rsync_argv_and_urls():
         cp.dest_url("rsyncd", "10.0.0.2", "/m", user="u", port=873, module="mod")
         == "rsync://u@10.0.0.2:873/mod/"
     )
+
+
+def test_synthetic_link_replaces_an_empty_directory_only(tmp_path):
+    cache = str(tmp_path / "hub")
+    link = tmp_path / "model"
+    link.mkdir()
+    syn.create(cache, "lab/tiny", 1, 1, str(link))
+    assert link.is_symlink()
+    other = tmp_path / "busy"
+    other.mkdir()
+    (other / "keep").write_text("x")
+    with pytest.raises(ValueError, match="not empty"):
+        syn.create(cache, "lab/tiny", 1, 1, str(other))
