@@ -976,7 +976,6 @@ class Scanner:
         number = 0
         # The last line of the block before, when it was not fed one by one.
         held: bytes | None = None
-        pending = False
         for block in iter_path_chunks(path, block_size):
             lines = block.split(b"\n")
             if block.endswith(b"\n"):
@@ -985,15 +984,14 @@ class Scanner:
             self.lines_read += count
             self.bytes_read += len(block) if block.isascii() else len(block.decode("utf-8", "replace"))
             picked = self._pick_lines(block, lines)
-            if pending:
+            if number:
+                # A block's passes cannot see a token cut by the break before its first
+                # line: that line's seam test is run as the line path runs it.
                 picked.setdefault(0, 0)
-            pending = count in picked
             # The index of the last line fed one by one (-1: the line before the block,
             # when it was fed or there is none).
             fed = -1 if held is None else -2
             for index in sorted(picked):
-                if index >= count:
-                    break
                 previous = lines[index - 1] if index else held
                 if index != fed + 1 and previous is not None:
                     self._restore(previous, number + index)
@@ -1019,9 +1017,8 @@ class Scanner:
         """The lines of ``block`` that must be fed one by one, by index.
 
         Each maps to a mask of the scanners that matched in it: the line's tokens are
-        among theirs (-1: any token, the bytes do not tell). ``len(lines)`` stands for
-        the first line of the next block. Notes the hosts (``ip=``) of the lines left
-        out on the way.
+        among theirs (-1: any token, the bytes do not tell). Notes the hosts (``ip=``)
+        of the lines left out on the way.
         """
         stripped = strip_ansi_bytes(block)
         stripped_lines = lines if stripped is block else stripped.split(b"\n")[: len(lines)]
@@ -1049,8 +1046,9 @@ class Scanner:
                 # characters; it runs on a line that is not empty and starts no record.
                 if at + after > end - (_JUNCTION if stripped_lines[line].isascii() else _TAIL_BYTES):
                     following = line + 1
-                    if following == count or (
-                        stripped_lines[following]
+                    if (
+                        following < count
+                        and stripped_lines[following]
                         and not stripped_lines[following].startswith(_RECORD_STARTS_BYTES)
                     ):
                         picked.setdefault(following, 0)
@@ -1071,7 +1069,8 @@ class Scanner:
         for index, line in enumerate(stripped_lines):
             if b"\r" in line or any(code in line for code in _LOWER_TO_ASCII):
                 picked[index] = -1
-                picked.setdefault(index + 1, 0)
+                if index + 1 < count:
+                    picked.setdefault(index + 1, 0)
                 continue
             if line.startswith(b"E   ") or _IP_AFTER_NON_ASCII.search(line):
                 picked.setdefault(index, 0)

@@ -268,3 +268,21 @@ def test_pivot_scanners_cover_every_token():
         assert [token in entry[3] for entry in found] == [True], token
     every = (1 << len(diagnose._PIVOT_SCANNERS)) - 1
     assert diagnose._mask_tokens(every) == TRIGGER_TOKENS
+
+
+def test_a_phrase_cut_inside_its_trigger_word_is_found_in_and_across_blocks(tmp_path):
+    # The seam of two lines may fall between two blocks, where no block's passes see it.
+    checked = 0
+    for line in TOKEN_LINES:
+        if not line.isascii() or not diagnose.diagnose_text(line)["findings"]:
+            continue
+        low = line.lower()
+        at = min(low.find(token) for token in TRIGGER_TOKENS if token in low)
+        length = max(len(token) for token in TRIGGER_TOKENS if low.find(token) == at)
+        for cut in range(at + 1, at + length):
+            lines = [NOISE[0], line[:cut], line[cut:], NOISE[2]]
+            for block_size in (1, len(NOISE[0]) + cut + 2, 1 << 20):
+                fast, reference = _both(tmp_path, lines, block_size)
+                assert fast == reference, (line, cut, block_size)
+        checked += 1
+    assert checked > 30
