@@ -102,7 +102,7 @@ def serve_argv(
         "--pipeline-parallel-size",
         str(int(pipeline_parallel_size)),
     ]
-    if max_model_len:
+    if max_model_len and "--max-model-len" not in plan_args:
         argv += ["--max-model-len", str(int(max_model_len))]
     argv += [str(arg) for arg in plan_args]
     if not cuda_graphs and "--enforce-eager" not in plan_args:

@@ -85,3 +85,8 @@ def test_rendered_command_is_valid_shell_with_the_same_argv(tmp_path):
     assert out == [*argv[:-1], "s3cret"]
     assert "s3cret" not in text
     assert shlex.quote("a b") in text
+
+
+def test_max_model_len_from_the_plan_is_not_repeated():
+    plan = {**BASE, "plan_args": ["--gpu-memory-utilization", "0.85", "--max-model-len", "32768"]}
+    assert launch.serve_argv(**plan).count("--max-model-len") == 1
