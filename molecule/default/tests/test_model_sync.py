@@ -1,7 +1,6 @@
 """After deploy.yml on the lab: stage 4 left the head's model on the worker, verified, as real files."""
 
 import json
-import os
 
 import testinfra
 
@@ -11,12 +10,13 @@ MANIFEST = "/srv/models/.sparkops-lab-tiny-moe.sparkops-manifest.json"
 testinfra_hosts = ["ansible://spark-2"]
 
 
-def _head():
-    return testinfra.get_host("ansible://spark-1", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
+def _head(host):
+    """The head, reached through the same inventory as the worker under test."""
+    return testinfra.get_host("ansible://spark-1", ansible_inventory=host.backend.ansible_inventory)
 
 
-def test_head_keeps_the_hf_cache_layout():
-    head = _head()
+def test_head_keeps_the_hf_cache_layout(host):
+    head = _head(host)
     assert head.file(MODEL).is_symlink
     assert head.file(f"{MODEL}/model-00001-of-00008.safetensors").linked_to.startswith(
         "/srv/models/hf-cache/hub/models--sparkops-lab--tiny-moe/blobs/"
@@ -24,7 +24,7 @@ def test_head_keeps_the_hf_cache_layout():
 
 
 def test_worker_has_every_file_with_the_heads_sha256(host):
-    head = json.loads(_head().file(MANIFEST).content_string)["files"]
+    head = json.loads(_head(host).file(MANIFEST).content_string)["files"]
     assert len(head) == 11
     for name, entry in head.items():
         f = host.file(f"{MODEL}/{name}")

@@ -1,7 +1,6 @@
 """After the model_sync scenario: the worker holds the head's model, byte for byte, and no daemon is left."""
 
 import json
-import os
 
 import testinfra
 
@@ -11,8 +10,9 @@ MANIFEST = "/srv/models/.sparkops-lab-tiny-moe.sparkops-manifest.json"
 testinfra_hosts = ["ansible://spark-2"]
 
 
-def _head():
-    return testinfra.get_host("ansible://spark-1", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
+def _head(host):
+    """The head, reached through the same inventory as the worker under test."""
+    return testinfra.get_host("ansible://spark-1", ansible_inventory=host.backend.ansible_inventory)
 
 
 def _sums(host, path):
@@ -23,7 +23,7 @@ def _sums(host, path):
 
 
 def test_worker_files_identical_to_the_heads(host):
-    head = _sums(_head(), MODEL)
+    head = _sums(_head(host), MODEL)
     assert len(head) == 11
     assert _sums(host, MODEL) == head
 
@@ -35,7 +35,7 @@ def test_worker_holds_real_files_not_links(host):
 
 
 def test_worker_manifest_matches_the_heads(host):
-    head = json.loads(_head().file(MANIFEST).content_string)["files"]
+    head = json.loads(_head(host).file(MANIFEST).content_string)["files"]
     worker = json.loads(host.file(MANIFEST).content_string)["files"]
     assert {k: v["sha256"] for k, v in worker.items()} == {k: v["sha256"] for k, v in head.items()}
 
