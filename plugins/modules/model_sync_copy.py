@@ -122,8 +122,8 @@ EXAMPLES = r"""
     sizes: "{{ head_manifest.manifest.files | dict2items | items2dict(value_name='value') }}"
     transport: ssh
     streams: 4
-    ssh_key: /root/.ssh/sparkops_model_sync_ed25519
-    ssh_known_hosts: /root/.ssh/sparkops_model_sync_known_hosts
+    ssh_key: /root/.ssh/sparkops_spark-vllm_ed25519
+    ssh_known_hosts: /root/.ssh/sparkops_spark-vllm_known_hosts
   delegate_to: spark-1
 """
 

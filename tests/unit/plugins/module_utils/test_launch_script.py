@@ -4,7 +4,6 @@ import shlex
 import subprocess
 
 import pytest
-
 from ansible_collections.sparkops.vllm.plugins.module_utils import _launch_script as launch
 
 BASE = {
