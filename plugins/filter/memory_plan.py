@@ -16,10 +16,10 @@ def memory_plan_measured(text, model_id, tensor_parallel_size, pipeline_parallel
     )
 
 
-def memory_plan_utilization(recommendations, given=None):
-    """The cluster's utilization: the given one, or the smallest recommendation of the nodes."""
+def memory_plan_utilization(recommendations, given=None, current=None):
+    """The cluster's utilization: the given one, the deployed one while it still fits, or the nodes' smallest."""
     try:
-        return cluster.choose_utilization(dict(recommendations), given)
+        return cluster.choose_utilization(dict(recommendations), given, current)
     except cluster.ClusterPlanError as exc:
         raise AnsibleFilterError(f"memory_plan_utilization: {exc}") from exc
 

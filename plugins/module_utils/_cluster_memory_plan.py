@@ -84,11 +84,23 @@ def measured_from_record(text, model_id, tensor_parallel_size, pipeline_parallel
     }
 
 
-def choose_utilization(recommendations, given=None):
-    """``{"value", "source", "limited_by"}``: the given value, or the smallest recommendation.
+# How far under the nodes' smallest recommendation a deployed utilization may
+# sit and still be kept. MemAvailable moves by a few hundred MiB between runs
+# (page cache, other processes); re-planning to the exact new recommendation
+# every time would restart vLLM on every run.
+KEEP_BAND = 0.03
+# A fresh choice sits this far under the smallest recommendation, so that the
+# same noise pushing a recommendation down by one step keeps the deployed value.
+FRESH_STEP = 0.01
+
+
+def choose_utilization(recommendations, given=None, current=None):
+    """``{"value", "source", "limited_by"}``: the given value, the deployed one, or the smallest recommendation.
 
     ``recommendations`` maps host to its recommended utilization (None: nothing fits
-    there). With none given, every host must have a recommendation.
+    there). With none given, every host must have a recommendation. ``current`` is the
+    utilization of the running launch script: it is kept while it is at most the
+    smallest recommendation and within KEEP_BAND of it, so a rerun changes nothing.
     """
     if given is not None:
         return {"value": round(float(given), 2), "source": "given", "limited_by": None}
@@ -102,7 +114,11 @@ def choose_utilization(recommendations, given=None):
             + ": their plans must pass before a cluster value exists"
         )
     host = min(sorted(recommendations), key=lambda h: recommendations[h])
-    return {"value": float(recommendations[host]), "source": "recommended", "limited_by": host}
+    smallest = float(recommendations[host])
+    if current is not None and smallest - KEEP_BAND <= float(current) <= smallest:
+        return {"value": round(float(current), 2), "source": "kept", "limited_by": host}
+    value = round(max(smallest - FRESH_STEP, 0.01), 2)
+    return {"value": value, "source": "recommended", "limited_by": host}
 
 
 def _lever_line(lever):
@@ -222,7 +238,9 @@ def summary_lines(plan, cluster_name=None, max_model_len=None):
     name = f" of cluster {cluster_name}" if cluster_name else ""
     u = plan["gpu_memory_utilization"]
     if plan["utilization_source"] == "recommended":
-        how = f"recommended: the smallest of the nodes' recommendations, set by {plan['limited_by']}"
+        how = f"recommended: one step under the smallest of the nodes' recommendations, set by {plan['limited_by']}"
+    elif plan["utilization_source"] == "kept":
+        how = f"kept: the running launch script's value still fits (the smallest recommendation is {plan['limited_by']}'s)"
     else:
         how = "given in sparkops_gpu_memory_utilization"
     lines = [

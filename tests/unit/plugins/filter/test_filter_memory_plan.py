@@ -94,10 +94,10 @@ def test_measured_figures_feed_the_planner():
     assert result["recommended_gpu_memory_utilization"] > plan(**SEED)["recommended_gpu_memory_utilization"]
 
 
-def test_utilization_is_the_smallest_recommendation_or_the_given_value():
+def test_utilization_is_one_step_under_the_smallest_recommendation_or_the_given_value():
     recs = {"spark-2": 0.60, "spark-1": 0.54, "spark-3": 0.54}
     assert FILTERS["memory_plan_utilization"](recs) == {
-        "value": 0.54,
+        "value": 0.53,
         "source": "recommended",
         "limited_by": "spark-1",
     }
@@ -110,6 +110,28 @@ def test_utilization_is_the_smallest_recommendation_or_the_given_value():
         FILTERS["memory_plan_utilization"]({"spark-1": 0.5, "spark-2": None})
     with pytest.raises(AnsibleFilterError, match="no node was planned"):
         FILTERS["memory_plan_utilization"]({})
+
+
+@pytest.mark.parametrize(
+    ("current", "expected"),
+    [
+        # The deployed value still fits and is close: kept, so a rerun restarts nothing.
+        (0.53, {"value": 0.53, "source": "kept", "limited_by": "spark-1"}),
+        (0.54, {"value": 0.54, "source": "kept", "limited_by": "spark-1"}),
+        (0.51, {"value": 0.51, "source": "kept", "limited_by": "spark-1"}),
+        # Above the recommendation it would not fit: planned again.
+        (0.55, {"value": 0.53, "source": "recommended", "limited_by": "spark-1"}),
+        # Far under it the KV cache is wasted: planned again.
+        (0.40, {"value": 0.53, "source": "recommended", "limited_by": "spark-1"}),
+    ],
+)
+def test_a_deployed_utilization_is_kept_while_it_fits_and_is_close(current, expected):
+    recs = {"spark-2": 0.60, "spark-1": 0.54}
+    assert FILTERS["memory_plan_utilization"](recs, None, current) == expected
+
+
+def test_a_given_utilization_wins_over_the_deployed_one():
+    assert FILTERS["memory_plan_utilization"]({"spark-1": 0.54}, 0.5, 0.53)["source"] == "given"
 
 
 def test_report_of_a_model_too_large_names_host_numbers_reasons_and_levers():
@@ -217,8 +239,8 @@ def test_summary_is_one_screen_with_every_node():
     lines = FILTERS["memory_plan_summary"](result, "lab", 4096)
     assert lines[0] == "Memory plan of cluster lab: fits"
     assert (
-        lines[1] == "--gpu-memory-utilization 0.54 (recommended: the smallest of the nodes' recommendations,"
-        " set by spark-1)"
+        lines[1] == "--gpu-memory-utilization 0.54 (recommended: one step under the smallest of the nodes'"
+        " recommendations, set by spark-1)"
     )
     rows = [line.split() for line in lines if line.startswith("spark-")]
     assert [r[:2] for r in rows] == [["spark-1", "head"], ["spark-2", "worker"]]
