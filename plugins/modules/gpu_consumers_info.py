@@ -40,15 +40,8 @@ options:
       - When false, or when Docker does not know the container, only its ID is returned.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    description: Never changes anything.
+extends_documentation_fragment:
+  - sparkops.vllm.attributes.info
 requirements:
   - An NVIDIA driver with C(nvidia-smi), or nvidia-ml-py for O(backend=nvml).
   - The docker SDK or the C(docker) CLI for container names (optional).

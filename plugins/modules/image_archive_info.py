@@ -30,15 +30,8 @@ options:
       - Empty takes the archive's only image, and fails when it holds several.
     type: str
     default: ""
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    description: Never changes anything.
+extends_documentation_fragment:
+  - sparkops.vllm.attributes.info
 """
 
 EXAMPLES = r"""

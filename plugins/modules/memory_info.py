@@ -19,15 +19,8 @@ options:
       - The meminfo file to read.
     type: path
     default: /proc/meminfo
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    description: Never changes anything.
+extends_documentation_fragment:
+  - sparkops.vllm.attributes.info
 """
 
 EXAMPLES = r"""

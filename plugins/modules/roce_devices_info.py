@@ -37,15 +37,8 @@ options:
       - Where sysfs is mounted. Tests point it at a fixture tree.
     type: path
     default: /sys
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    description: Never changes anything.
+extends_documentation_fragment:
+  - sparkops.vllm.attributes.info
 notes:
   - RoCE traffic itself (UDP 4791) is handled by the adapter and never reaches the host's firewall; NCCL's
     and Gloo's TCP bootstrap does.

@@ -39,15 +39,8 @@ options:
     description: Where the kernel's ephemeral port range is read; NCCL, Gloo and torch listen in it.
     type: path
     default: /proc/sys/net/ipv4/ip_local_port_range
-attributes:
-  check_mode:
-    support: full
-    description: Only reads; runs the same in check mode.
-  diff_mode:
-    support: none
-  idempotent:
-    support: full
-    description: Never changes anything.
+extends_documentation_fragment:
+  - sparkops.vllm.attributes.info
 """
 
 EXAMPLES = r"""

@@ -25,22 +25,6 @@ def _load(path):
     return yaml.safe_load(path.read_text())
 
 
-def test_every_default_is_specified_with_the_same_value_and_type():
-    defaults = _load(ROLE / "defaults/main.yml")
-    options = _load(ROLE / "meta/argument_specs.yml")["argument_specs"]["main"]["options"]
-    assert sorted(defaults) == sorted(options)
-    for name, value in defaults.items():
-        assert name.startswith("cluster_ssh_"), name
-        assert options[name]["default"] == value, name
-        assert isinstance(value, TYPES[options[name]["type"]]), name
-        assert options[name]["description"], name
-
-
-def test_every_default_is_explained_in_the_sample_inventory():
-    sample = _load(ROOT / "inventory/sample/group_vars/all/cluster_ssh.yml")
-    assert sample == _load(ROLE / "defaults/main.yml")
-
-
 def test_the_lab_authorizes_the_key_in_authorized_keys2():
     lab = _load(ROOT / "inventory/lab/group_vars/all/cluster_ssh.yml")
     assert lab == {"cluster_ssh_authorized_keys": "/root/.ssh/authorized_keys2"}
