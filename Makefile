@@ -34,5 +34,8 @@ lint:
 	ruff format --check .
 	ansible-lint --offline
 
+# Molecule keeps scenario state outside the clone; reset it so a lab removed
+# since (or a bare machine) is created again rather than assumed.
 molecule:
+	molecule reset --all
 	molecule test --all

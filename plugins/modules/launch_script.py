@@ -15,9 +15,9 @@ description:
     names the setting to change, so every change is planned.
   - Fails when the plan does not fit, with the plan's reasons, unless O(force=true), which starts anyway with a
     warning.
-  - The API key is never written into the script: with O(api_key_env) the script passes C(--api-key "${VAR}"),
+  - The API key is never written into the script. With O(api_key_env) the script passes C(--api-key "${VAR}"),
     expanded at run time from the unit's 0600 environment file.
-  - An action plugin: it builds the command on the controller and writes the file with C(ansible.builtin.template),
+  - An action plugin. It builds the command on the controller and writes the file with C(ansible.builtin.template),
     so check mode and C(--diff) work as they do there, and an identical script changes nothing.
 author:
   - sparkops.vllm contributors
