@@ -34,8 +34,10 @@ lint:
 	ruff format --check .
 	ansible-lint --offline
 
-# Molecule keeps scenario state outside the clone; reset it so a lab removed
-# since (or a bare machine) is created again rather than assumed.
+# Molecule's state (is the lab created? converged?) lives in the clone and
+# starts empty on every run, so a lab removed since, or a bare machine, gets
+# the lab created again instead of assumed.
+molecule: export MOLECULE_EPHEMERAL_DIRECTORY := $(CURDIR)/.cache/molecule
 molecule:
-	molecule reset --all
+	rm -rf $(MOLECULE_EPHEMERAL_DIRECTORY)
 	molecule test --all
