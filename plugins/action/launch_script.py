@@ -83,9 +83,10 @@ class ActionModule(ActionBase):
         except launch.LaunchScriptError as exc:
             raise AnsibleActionFail(f"launch_script: {exc}") from exc
 
-        notes = [f"plan: {'fits' if plan.get('fits') else 'DOES NOT FIT (forced)'}"]
-        if plan.get("kv_cache_gib") is not None:
-            notes.append(f"predicted KV cache: {plan['kv_cache_gib']} GiB per rank")
+        # Only what decides the command goes in the file: the plan's predictions
+        # move between runs (measured figures, MemAvailable) and would rewrite
+        # the script, and restart vLLM, on every run.
+        notes = ["the memory plan does NOT fit; started because vllm_serve_force is set"] if warnings else []
         for key, value in sorted((plan.get("env") or {}).items()):
             notes.append(f"environment from the plan (in the Ray containers): {key}={value}")
 
@@ -94,10 +95,6 @@ class ActionModule(ActionBase):
             {
                 "launch_script_cluster": args["cluster"],
                 "launch_script_unit": args["unit"],
-                "launch_script_plan_note": (
-                    f"--gpu-memory-utilization {plan.get('gpu_memory_utilization')} "
-                    f"({plan.get('utilization_source', 'given')})"
-                ),
                 "launch_script_notes": notes,
                 "launch_script_command": launch.render_command(argv),
             }
