@@ -94,5 +94,5 @@ def test_endpoint_answers_a_completion(host, hostvars):
     )
     answer = json.loads(out)
     assert answer["choices"][0]["message"]["content"].strip()
-    unauthorized = host.run("curl -s -o /dev/null -w '%%{http_code}' http://127.0.0.1:8000/v1/models")
+    unauthorized = host.run("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/v1/models")
     assert unauthorized.stdout.strip() == "401"
