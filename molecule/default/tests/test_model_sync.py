@@ -1,18 +1,22 @@
-"""After deploy.yml on the lab: stage 4 left the head's model on the worker, verified, as real files."""
+"""After deploy.yml on the lab: stage 4 left the head's model on every worker, verified, as real files."""
 
 import json
+import os
 
 import testinfra
+from testinfra.utils.ansible_runner import AnsibleRunner
 
 MODEL = "/srv/models/sparkops-lab-tiny-moe"
 MANIFEST = "/srv/models/.sparkops-lab-tiny-moe.sparkops-manifest.json"
 
-testinfra_hosts = ["ansible://spark-2"]
+testinfra_hosts = ["ansible://workers"]
+
+HEAD = AnsibleRunner(os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"])).get_hosts("head")[0]
 
 
 def _head(host):
     """The head, reached through the same inventory as the worker under test."""
-    return testinfra.get_host("ansible://spark-1", ansible_inventory=host.backend.ansible_inventory)
+    return testinfra.get_host(f"ansible://{HEAD}", ansible_inventory=host.backend.ansible_inventory)
 
 
 def test_head_keeps_the_hf_cache_layout(host):

@@ -10,7 +10,8 @@ testinfra_hosts = ["ansible://cluster"]
 
 INVENTORY = AnsibleRunner(os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"]))
 HEAD = INVENTORY.get_hosts("head")[0]
-CLUSTER = "lab"
+CLUSTER = INVENTORY.get_variables(HEAD)["sparkops_cluster_name"]
+SERVED_MODEL = INVENTORY.get_variables(HEAD)["sparkops_served_model_name"]
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,7 @@ def test_endpoint_answers_a_completion(host, hostvars):
         pytest.skip("serve runs on the head")
     key = host.check_output(f"sed -n 's/^VLLM_API_KEY=//p' /etc/sparkops/{CLUSTER}/serve-secrets.env")
     body = json.dumps(
-        {"model": "lab-tiny-moe", "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 16}
+        {"model": SERVED_MODEL, "messages": [{"role": "user", "content": "Say hello"}], "max_tokens": 16}
     )
     out = host.check_output(
         "curl -sf -H 'Content-Type: application/json' -H 'Authorization: Bearer %s' "

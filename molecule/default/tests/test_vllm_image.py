@@ -11,6 +11,8 @@ testinfra_hosts = ["ansible://cluster"]
 
 INVENTORY = os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"])
 PROJECT = os.environ["MOLECULE_PROJECT_DIRECTORY"]
+_RUNNER = AnsibleRunner(INVENTORY)
+CLUSTER = _RUNNER.get_variables(_RUNNER.get_hosts("head")[0])["sparkops_cluster_name"]
 
 
 @pytest.fixture(scope="module")
@@ -31,11 +33,10 @@ def image_id(node, reference):
 
 @pytest.fixture(scope="module")
 def head():
-    runner = AnsibleRunner(INVENTORY)
-    name = runner.get_hosts("head")[0]
+    name = _RUNNER.get_hosts("head")[0]
     return (
         name,
-        runner.get_variables(name)["ib_address"],
+        _RUNNER.get_variables(name)["ib_address"],
         testinfra.get_host(f"ansible://{name}?ansible_inventory={INVENTORY}"),
     )
 
@@ -47,7 +48,7 @@ def test_node_holds_the_heads_image_id(host, reference, head):
 
 
 def test_ray_and_the_stand_in_are_inside_the_image(host, reference):
-    label = "io.sparkops.vllm.cluster=lab"
+    label = f"io.sparkops.vllm.cluster={CLUSTER}"
     run = f"docker run --rm --network none --label {label} --entrypoint {{}} {reference} --version"
     assert host.check_output(run.format("ray")).strip() == "ray, version 2.60.0"
     assert host.check_output(run.format("vllm")).strip() == "0.17.1+sparkops.lab"
@@ -56,10 +57,10 @@ def test_ray_and_the_stand_in_are_inside_the_image(host, reference):
 def test_workers_accept_the_cluster_key_only_from_the_heads_ib_address(host, head):
     variables = host.ansible.get_variables()
     if variables["inventory_hostname"] == head[0]:
-        assert host.file("/root/.ssh/sparkops_lab_ed25519").mode == 0o600
-        assert host.file("/root/.ssh/sparkops_lab_known_hosts").exists
+        assert host.file(f"/root/.ssh/sparkops_{CLUSTER}_ed25519").mode == 0o600
+        assert host.file(f"/root/.ssh/sparkops_{CLUSTER}_known_hosts").exists
         return
     keys = host.file("/root/.ssh/authorized_keys2").content_string
-    entries = [line for line in keys.splitlines() if line.endswith(" sparkops-lab")]
+    entries = [line for line in keys.splitlines() if line.endswith(f" sparkops-{CLUSTER}")]
     assert len(entries) == 1, keys
     assert entries[0].startswith(f'from="{head[1]}",restrict ssh-ed25519 ')
