@@ -1,0 +1,215 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+"""``sparkops``: the sparkops.vllm runbooks through ansible-runner (docs/cli.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
+
+from sparkops_cli.events import (
+    EXIT_CHANGED,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+)
+from sparkops_cli.extravars import ExtraVarsError, parse_extra_vars
+from sparkops_cli.project import PLAYBOOKS, ProjectNotFound, diagnose_module, find_project
+
+COMMANDS = {
+    "deploy": "deploy the cluster: every stage of deploy.yml (validate, preflight, network, image, model, Ray, serve)",
+    "preflight": "validate the inventory and run the read-only preflight checks on every node; changes nothing",
+    "status": "one table of the cluster's health; fails when anything is unhealthy",
+    "diagnose": "collect logs from every node and name the root cause with its fix; "
+    "with FILE arguments, diagnose those log files locally (no inventory, no Ansible)",
+    "reclaim": "list the stale GPU consumers; stop the ones confirmed with -e",
+    "restart": "restart serve, workers and head in order and wait for readiness",
+    "teardown": "stop and remove the cluster's units and containers (model and image kept unless asked)",
+}
+
+EXIT_CODES = f"""exit codes:
+  {EXIT_OK}    ok: every task ok, nothing changed (in check mode: nothing would change)
+  {EXIT_CHANGED}    changed: the run changed something (in check mode: would change)
+  {EXIT_FAILED}    failed: a task failed, or ansible-playbook could not run; for
+       `diagnose FILE...`: an error-severity finding
+  {EXIT_UNREACHABLE}    unreachable: a host could not be reached; this wins over failed,
+       because what was not reached was not checked at all
+  {EXIT_USAGE}    usage error: bad arguments, bad -e, no checkout to run
+  {EXIT_INTERRUPTED}  interrupted (Ctrl-C)
+"""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the CLI's usage exit code instead of argparse's 2 (which is "changed")."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="sparkops",
+        description="Run the sparkops.vllm runbooks through ansible-runner, with live progress per "
+        "stage and host on stderr, a summary table, and the run's artifacts in a directory it prints. "
+        "The inventory is the repository's ansible.cfg default (the local lab) unless -i is given.",
+        epilog=EXIT_CODES + "\nDetails: docs/cli.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-i",
+        "--inventory",
+        action="append",
+        default=[],
+        metavar="INVENTORY",
+        help="inventory file or directory (repeatable); default: ansible.cfg's (inventory/lab/hosts.yml)",
+    )
+    common.add_argument(
+        "--check", action="store_true", help="check mode: report what would change, change nothing"
+    )
+    common.add_argument(
+        "-e",
+        "--extra-vars",
+        action="append",
+        default=[],
+        metavar="VARS",
+        help="extra variables as with ansible-playbook: key=value, JSON/YAML, or @FILE (repeatable); "
+        "secret-looking values are never shown or written in the clear",
+    )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document on stdout instead of the summary table (progress stays on stderr)",
+    )
+    common.add_argument(
+        "--artifacts",
+        metavar="DIR",
+        type=Path,
+        help="write this run's artifacts into DIR (new or empty); default: "
+        ".cache/sparkops/runs/<UTC time>-<command> in the checkout",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=Parser)
+    for name, text in COMMANDS.items():
+        child = sub.add_parser(
+            name,
+            parents=[common],
+            help=text,
+            description=text,
+            epilog=EXIT_CODES,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        if name == "diagnose":
+            child.add_argument(
+                "files",
+                nargs="*",
+                metavar="FILE",
+                help="log files to diagnose locally ('-' reads standard input)",
+            )
+            child.add_argument(
+                "--context",
+                metavar="FILE",
+                help="with FILE arguments: JSON context for the diagnosis (hosts, memory_plan)",
+            )
+    return parser
+
+
+def redacted_argv(args: argparse.Namespace, extra_display: list[str]) -> list[str]:
+    argv = ["sparkops", args.command]
+    for path in args.inventory:
+        argv += ["-i", path]
+    if args.check:
+        argv.append("--check")
+    for shown in extra_display:
+        argv += ["-e", shown]
+    if args.json:
+        argv.append("--json")
+    if args.artifacts:
+        argv += ["--artifacts", str(args.artifacts)]
+    return argv
+
+
+def diagnose_files(args: argparse.Namespace, parser: Parser) -> int:
+    from sparkops_cli.report import diagnose_document  # noqa: PLC0415
+
+    if args.inventory or args.check or args.extra_vars or args.artifacts:
+        parser.error("diagnose FILE... runs locally: -i, --check, -e and --artifacts do not apply")
+    try:
+        project = find_project()
+    except ProjectNotFound as exc:
+        parser.error(str(exc))
+    diagnose = diagnose_module(project)
+    context = None
+    if args.context:
+        try:
+            context = json.loads(Path(args.context).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            parser.error(f"--context {args.context}: {exc}")
+    missing = [name for name in args.files if name != "-" and not Path(name).is_file()]
+    if missing:
+        parser.error(f"no such log file: {', '.join(missing)}")
+    if args.files == ["-"]:
+        result = diagnose.diagnose_lines(sys.stdin, context)
+    else:
+        result = diagnose.diagnose_paths(args.files, context)
+    doc = diagnose_document(result, list(args.files))
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print(diagnose.format_report(result))
+        root = result.get("root_cause")
+        print(f"\nroot cause: {root}" if root else "\nroot cause: none named")
+    return int(doc["exit_code"])
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "diagnose" and args.files:
+        return diagnose_files(args, parser)
+    if getattr(args, "context", None):
+        parser.error("--context applies to diagnose FILE... only")
+
+    from sparkops_cli.run import PlaybookRun, default_run_dir, prepare_run_dir  # noqa: PLC0415
+
+    cwd = Path.cwd()
+    try:
+        project = find_project(cwd)
+        extra = parse_extra_vars(args.extra_vars, cwd)
+    except (ProjectNotFound, ExtraVarsError) as exc:
+        parser.error(str(exc))
+    playbook = PLAYBOOKS[args.command]
+    if not (project / playbook).is_file():
+        parser.error(f"{project / playbook} does not exist in this checkout")
+    inventory = [(cwd / path).resolve() for path in args.inventory]
+    for path in inventory:
+        if not path.exists():
+            parser.error(f"-i {path}: no such inventory")
+    try:
+        run_dir = prepare_run_dir(
+            args.artifacts.resolve() if args.artifacts else default_run_dir(project, args.command)
+        )
+    except (FileExistsError, OSError) as exc:
+        parser.error(f"--artifacts: {exc}")
+    run = PlaybookRun(
+        command=args.command,
+        project=project,
+        playbook=playbook,
+        run_dir=run_dir,
+        display_argv=redacted_argv(args, [item.display for item in extra]),
+        inventory=inventory,
+        check=args.check,
+        extra=extra,
+    )
+    doc = run.execute()
+    if args.json:
+        print(json.dumps(doc, indent=2, default=str))
+    else:
+        print((run_dir / "summary.txt").read_text(encoding="utf-8"), end="")
+    return int(doc["exit_code"])
