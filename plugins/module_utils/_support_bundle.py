@@ -1,0 +1,427 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+"""What diagnose.yml collects on a node, the redaction of secrets, and the support bundle on the controller.
+
+On a node (``support_logs_info``): the journals of the serve and Ray units, the logs of the project's
+containers, the files under the Ray session's log directory (each cut to its tail) and the kernel log's
+lines about NVRM or OOM. A source that cannot be read (``dmesg`` refused in a container, a unit that never
+ran) becomes a note, never a failure.
+
+On the controller (``support_bundle``): every file is redacted before it touches the disk (the inventory's
+secret values, and the patterns ``--api-key X``, ``*_TOKEN=...``, ``Authorization: Bearer ...``), staged
+in a private directory (0700, files 0600) for ``sparkops.vllm.diagnose``, then packed with the report into
+one ``.tar.gz`` (0600) in a 0700 directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+
+REDACTED = "[REDACTED]"
+# Shorter values would redact ordinary words; a real key or token is longer.
+MIN_SECRET_LENGTH = 6
+_PATTERNS = (
+    # --api-key X, --api-key=X, --hf-token X (vLLM and huggingface-cli flags)
+    re.compile(r"(?P<keep>--(?:api-key|hf-token|token)(?:=|\s+))(?P<secret>[^\s\"']+)"),
+    # HF_TOKEN=..., VLLM_API_KEY: ..., "HUGGING_FACE_HUB_TOKEN": "..." (env files, docker inspect, JSON)
+    re.compile(
+        r"(?P<keep>\b[A-Z0-9_]*(?:TOKEN|API_KEY|SECRET|PASSWORD)[A-Z0-9_]*[\"']?\s*[=:]\s*[\"']?)"
+        r"(?P<secret>[^\s\"',}]+)"
+    ),
+    # Authorization: Bearer X (curl -v, HTTP logs), any case
+    re.compile(r"(?P<keep>(?i:authorization)[\"']?\s*[:=]\s*[\"']?(?i:bearer)\s+)(?P<secret>[^\s\"',}]+)"),
+    # A Hugging Face token on its own
+    re.compile(r"(?P<keep>)(?P<secret>\bhf_[A-Za-z0-9]{20,}\b)"),
+)
+
+
+def redact(text, secrets=()):
+    """Replace every secret value, and every value the patterns recognise, with [REDACTED]."""
+    for value in sorted(
+        {str(s) for s in secrets or () if s and len(str(s)) >= MIN_SECRET_LENGTH}, key=len, reverse=True
+    ):
+        text = text.replace(value, REDACTED)
+    for pattern in _PATTERNS:
+        text = pattern.sub(lambda m: m.group("keep") + REDACTED, text)
+    return text
+
+
+# -- on the node ---------------------------------------------------------------
+
+
+def _run(argv, timeout=120):
+    """Run argv with LC_ALL=C; (rc, stdout, stderr), rc 127 when the command is missing."""
+    env = dict(os.environ, LC_ALL="C")
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=timeout, env=env, check=False)
+    except FileNotFoundError as exc:
+        return 127, "", str(exc)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"{argv[0]} did not answer within {timeout} s"
+    return (
+        done.returncode,
+        done.stdout.decode("utf-8", "replace"),
+        done.stderr.decode("utf-8", "replace"),
+    )
+
+
+def _tail_bytes(data, max_bytes):
+    """The last max_bytes of data, cut at a line start; (text, truncated)."""
+    if len(data) <= max_bytes:
+        return data.decode("utf-8", "replace"), False
+    tail = data[-max_bytes:]
+    newline = tail.find(b"\n")
+    if 0 <= newline < len(tail) - 1:
+        tail = tail[newline + 1 :]
+    return tail.decode("utf-8", "replace"), True
+
+
+def safe_name(text):
+    """A file name part from a unit, container or path name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "unnamed"
+
+
+def collect_journals(units, lines, since=None):
+    """One file per unit: its journal (last ``lines`` lines); a unit with no journal becomes a note."""
+    files, notes = [], []
+    for unit in units:
+        argv = ["journalctl", "--no-pager", "--output=short-iso", "-n", str(lines), "-u", unit]
+        if since:
+            argv.append(f"--since={since}")
+        rc, out, err = _run(argv)
+        if rc != 0:
+            notes.append({"source": " ".join(argv), "note": f"journalctl failed (rc {rc}): {err.strip()}"})
+            continue
+        if not out.strip() or out.strip() == "-- No entries --":
+            notes.append(
+                {"source": f"journalctl -u {unit}", "note": "no journal entries (the unit never ran here)"}
+            )
+            continue
+        files.append(
+            {
+                "name": f"journal/{safe_name(unit)}.log",
+                "source": f"journalctl -u {unit}",
+                "content": out,
+                "truncated": out.count("\n") >= lines,
+            }
+        )
+    return files, notes
+
+
+def unit_states(units):
+    """``systemctl show`` of each unit: {unit, load_state, active_state, sub_state, result, restarts}."""
+    states = []
+    for unit in units:
+        rc, out, err = _run(
+            ["systemctl", "show", "-p", "LoadState,ActiveState,SubState,Result,NRestarts", unit]
+        )
+        values = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+        states.append(
+            {
+                "unit": unit,
+                "load_state": values.get("LoadState"),
+                "active_state": values.get("ActiveState") or f"unknown ({err.strip()})",
+                "sub_state": values.get("SubState"),
+                "result": values.get("Result"),
+                "restarts": int(values["NRestarts"]) if values.get("NRestarts", "").isdigit() else None,
+            }
+        )
+    return states
+
+
+def collect_files(paths, max_bytes):
+    """Each file whole (or its last max_bytes) as ``config/<path>``; a missing one becomes a note."""
+    files, notes = [], []
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if size > max_bytes:
+                    handle.seek(size - max_bytes)
+                data = handle.read(max_bytes)
+        except OSError as exc:
+            notes.append({"source": path, "note": f"cannot be read: {exc.strerror}"})
+            continue
+        text, truncated = _tail_bytes(data, max_bytes)
+        files.append(
+            {
+                "name": "config/" + path.lstrip("/"),
+                "source": path,
+                "content": text,
+                "truncated": truncated or size > max_bytes,
+            }
+        )
+    return files, notes
+
+
+def collect_containers(label, lines, docker="docker"):
+    """One file per container carrying label (running or not): ``docker logs --timestamps --tail lines``."""
+    files, notes = [], []
+    rc, out, err = _run([docker, "ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}"])
+    if rc != 0:
+        return files, [
+            {"source": f"docker ps --filter label={label}", "note": f"docker failed (rc {rc}): {err.strip()}"}
+        ]
+    names = [name for name in out.split() if name]
+    if not names:
+        notes.append(
+            {"source": f"docker ps --filter label={label}", "note": "no container of this cluster exists"}
+        )
+    for name in names:
+        rc, log_out, log_err = _run([docker, "logs", "--timestamps", "--tail", str(lines), name])
+        if rc != 0:
+            notes.append(
+                {"source": f"docker logs {name}", "note": f"docker logs failed (rc {rc}): {log_err.strip()}"}
+            )
+            continue
+        # docker logs gives the container's stdout and stderr on its own two streams.
+        content = log_out + (
+            ("\n" if log_out and not log_out.endswith("\n") else "") + log_err if log_err else ""
+        )
+        files.append(
+            {
+                "name": f"containers/{safe_name(name)}.log",
+                "source": f"docker logs {name}",
+                "content": content,
+                "truncated": content.count("\n") >= lines,
+            }
+        )
+    return files, notes
+
+
+def collect_dir(path, max_bytes, max_files):
+    """Every regular file under path (sorted, at most max_files), each cut to its last max_bytes."""
+    files, notes = [], []
+    real = os.path.realpath(path)
+    if not os.path.isdir(real):
+        return files, [
+            {"source": path, "note": "no such directory (Ray has not run here, or runs elsewhere)"}
+        ]
+    found = []
+    for root, _dirs, names in os.walk(real):
+        for name in names:
+            full = os.path.join(root, name)
+            if os.path.isfile(full) and not os.path.islink(full):
+                found.append(full)
+    found.sort()
+    if len(found) > max_files:
+        notes.append(
+            {"source": path, "note": f"{len(found)} files; the first {max_files} by name were taken"}
+        )
+        found = found[:max_files]
+    for full in found:
+        try:
+            with open(full, "rb") as handle:
+                size = os.fstat(handle.fileno()).st_size
+                if size > max_bytes:
+                    handle.seek(size - max_bytes)
+                data = handle.read(max_bytes)
+        except OSError as exc:
+            notes.append({"source": full, "note": f"cannot be read: {exc}"})
+            continue
+        if b"\0" in data[:4096]:
+            continue
+        text, truncated = _tail_bytes(data, max_bytes)
+        relative = os.path.relpath(full, real)
+        files.append(
+            {
+                "name": f"ray/{relative}",
+                "source": os.path.join(path, relative),
+                "content": text,
+                "truncated": truncated or size > max_bytes,
+            }
+        )
+    return files, notes
+
+
+def collect_kernel(pattern, lines):
+    """The kernel log's lines matching pattern (dmesg, else the journal's kernel messages); refusals are notes."""
+    regex = re.compile(pattern)
+    attempts = (["dmesg", "--ctime"], ["journalctl", "--dmesg", "--no-pager", "--output=short-iso"])
+    refusals = []
+    for argv in attempts:
+        rc, out, err = _run(argv)
+        if rc == 0:
+            matched = [line for line in out.splitlines() if regex.search(line)][-lines:]
+            note = [] if matched else [{"source": " ".join(argv), "note": f"no line matches {pattern}"}]
+            file = {
+                "name": "kernel/dmesg-nvrm-oom.log",
+                "source": f"{' '.join(argv)} | grep -E '{pattern}'",
+                "content": "\n".join(matched) + ("\n" if matched else ""),
+                "truncated": False,
+            }
+            return [file], [{"source": " ".join(a), "note": r} for a, r in refusals] + note
+        refusals.append((argv, f"refused (rc {rc}): {err.strip() or out.strip()}"))
+    return [], [{"source": " ".join(argv), "note": why} for argv, why in refusals]
+
+
+# -- on the controller -------------------------------------------------------
+
+
+def stage(collected, staging, secrets=()):
+    """Write every host's files, redacted, under staging/<host>/; (paths, path_hosts)."""
+    private_dir(staging)
+    paths, path_hosts = [], {}
+    for host in sorted(collected):
+        for item in (collected[host] or {}).get("files") or []:
+            target = inside(os.path.join(staging, safe_name(host)), str(item["name"]))
+            write_private(target, redact(str(item.get("content") or ""), secrets))
+            paths.append(target)
+            path_hosts[target] = host
+    return paths, path_hosts
+
+
+def inside(directory, name):
+    """directory/name, refusing a name that would leave directory."""
+    relative = os.path.normpath(name).lstrip("/")
+    if relative == ".." or relative.startswith("../"):
+        raise ValueError(f"file name {name!r} leaves {directory}")
+    return os.path.join(directory, relative)
+
+
+def private_dir(path):
+    """Create path and its missing parents with mode 0700; an existing directory is left as it is."""
+    if os.path.isdir(path):
+        return
+    private_dir(os.path.dirname(os.path.abspath(path)))
+    os.mkdir(path, 0o700)
+    os.chmod(path, 0o700)
+
+
+def write_private(path, text):
+    """Write text to path, mode 0600, creating its directories 0700."""
+    private_dir(os.path.dirname(path))
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.chmod(path, 0o600)
+
+
+def pack(staging, bundle, extra_files, secrets=()):
+    """Add extra_files ({name: text}, redacted) to staging, tar.gz it to bundle (0600), remove staging."""
+    for name, text in sorted((extra_files or {}).items()):
+        write_private(inside(staging, name), redact(str(text), secrets))
+    private_dir(os.path.dirname(bundle))
+    descriptor = os.open(bundle + ".part", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    arcroot = os.path.basename(bundle).removesuffix(".tar.gz")
+    with os.fdopen(descriptor, "wb") as handle, tarfile.open(fileobj=handle, mode="w:gz") as tar:
+        for root, dirs, names in os.walk(staging):
+            dirs.sort()
+            for name in sorted(names):
+                full = os.path.join(root, name)
+                info = tar.gettarinfo(full, arcname=os.path.join(arcroot, os.path.relpath(full, staging)))
+                info.uid = info.gid = 0
+                info.uname = info.gname = ""
+                info.mode = 0o600
+                with open(full, "rb") as source:
+                    tar.addfile(info, source)
+    os.replace(bundle + ".part", bundle)
+    os.chmod(bundle, 0o600)
+    shutil.rmtree(staging)
+    return bundle
+
+
+def secrets_found(root, secrets):
+    """Files under root (a directory) whose text holds one of secrets; for tests and the scenario."""
+    found = []
+    for directory, _dirs, names in os.walk(root):
+        for name in names:
+            with open(os.path.join(directory, name), encoding="utf-8", errors="replace") as handle:
+                text = handle.read()
+            if any(secret and secret in text for secret in secrets):
+                found.append(os.path.join(directory, name))
+    return found
+
+
+# -- the report --------------------------------------------------------------
+
+
+def gathered(hosts, collected, unreachable_msgs):
+    """What the nodes gave: hosts reached, unit states and notes (an unreachable host is a note)."""
+    units, notes, reached = [], [], []
+    for host in hosts:
+        item = collected.get(host)
+        if item is None:
+            why = unreachable_msgs.get(host) or "it left the run before anything was collected"
+            notes.append({"host": host, "source": "ssh", "note": f"unreachable, nothing collected: {why}"})
+            continue
+        reached.append(host)
+        for unit in item.get("units") or []:
+            state = f"{unit.get('active_state')}/{unit.get('sub_state')}"
+            if unit.get("restarts"):
+                state += f", {unit['restarts']} restart(s)"
+            units.append({"host": host, "unit": unit.get("unit"), "state": state})
+        notes.extend(dict(note, host=host) for note in item.get("notes") or [])
+    return {"reached": reached, "units": units, "notes": notes}
+
+
+def findings_for_json(diagnosis, staging):
+    """diagnose's findings with ``host`` and ``source`` (bundle-relative paths of the evidence's files)."""
+    out = []
+    for finding in diagnosis.get("findings") or []:
+        evidence = []
+        for item in finding.get("evidence") or []:
+            path = item.get("path")
+            evidence.append(dict(item, path=os.path.relpath(path, staging) if path else None))
+        hosts = [item["host"] for item in evidence if item.get("host")]
+        sources = [item["path"] for item in evidence if item.get("path")]
+        out.append(
+            {
+                "id": finding.get("id"),
+                "severity": finding.get("severity"),
+                "summary": finding.get("summary"),
+                "fix": finding.get("fix"),
+                "host": ", ".join(dict.fromkeys(hosts)) or None,
+                "source": ", ".join(dict.fromkeys(sources)) or None,
+                "evidence": evidence,
+            }
+        )
+    return out
+
+
+def report_lines(findings, units, notes, lines_read, bundle=None):
+    """The one report diagnose.yml prints: findings root cause first, each with host, evidence and fix."""
+    out = []
+    errors = [f for f in findings if f.get("severity") == "error"]
+    if findings:
+        out.append(
+            f"Root cause: {findings[0]['id']} on {findings[0].get('host') or 'the cluster'}"
+            if errors and findings[0] is errors[0]
+            else f"{len(findings)} finding(s), none of them an error"
+        )
+    else:
+        out.append(f"No known cause in {lines_read} log lines.")
+    for number, finding in enumerate(findings, 1):
+        out.append(
+            f"{number}. [{str(finding.get('severity')).upper()}] {finding.get('id')} on {finding.get('host') or '?'}"
+        )
+        out.append(f"   {finding.get('summary')}")
+        out.append(f"   Fix: {finding.get('fix')}")
+        for item in finding.get("evidence") or []:
+            where = (
+                f"{item.get('path')}:{item.get('line')}" if item.get("path") else f"line {item.get('line')}"
+            )
+            out.append(f"     {where}: {str(item.get('text'))[:240]}")
+    if units:
+        out.append("Units: " + "; ".join(f"{u['host']} {u['unit']} {u['state']}" for u in units))
+    for note in notes:
+        out.append(f"Note: {note['host']}: {note['source']}: {note['note']}")
+    if bundle:
+        out.append(f"Support bundle (secrets redacted): {bundle}")
+    return out
+
+
+def bundle_name(prefix, now=None):
+    """``<prefix>-YYYYmmddTHHMMSSZ.tar.gz`` in UTC."""
+    return f"{safe_name(prefix)}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(now))}.tar.gz"
+
+
+def dumps(data):
+    """JSON for the bundle's files: sorted keys, two-space indent, a final newline."""
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
