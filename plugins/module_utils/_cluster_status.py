@@ -493,7 +493,11 @@ def _cells(node: Mapping[str, Any]) -> list[str]:
     ib = f"{node.get('ib_address') or 'none'} / {node.get('ib_mtu') or '?'}"
     consumers = f"{node.get('own_consumers', 0)} own, {node.get('stale_consumers', 0)} stale"
     needed = node.get("mem_needed_gib")
-    memory = f"{node.get('mem_available_gib')} / {needed if needed is not None else '?'} GiB"
+    memory = (
+        f"{node.get('mem_available_gib')} / {needed} GiB"
+        if needed is not None
+        else f"{node.get('mem_available_gib')} GiB, no plan"
+    )
     counted = {True: "counted", False: "NOT counted", None: "?"}[node.get("ray_counted")]
     ray = f"{node.get('ray_unit_state', '?')}, {counted}"
     if node.get("serve_unit"):

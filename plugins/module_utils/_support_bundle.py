@@ -195,10 +195,33 @@ def collect_containers(label, lines, docker="docker"):
     return files, notes
 
 
-def collect_dir(path, max_bytes, max_files):
+def host_path(path, mounts=None):
+    """path with links into a container's mount resolved on the host.
+
+    Ray's ``session_latest`` is a link written inside the container (``/tmp/ray/session_...``); on the host
+    the same directory is the mount's source. ``mounts`` maps a container path to its host path.
+    """
+    resolved = "/"
+    for part in [p for p in os.path.normpath(path).split("/") if p]:
+        candidate = os.path.join(resolved, part)
+        if os.path.islink(candidate):
+            target = os.readlink(candidate)
+            if not os.path.isabs(target):
+                target = os.path.normpath(os.path.join(resolved, target))
+            for mount, outside in (mounts or {}).items():
+                inside_path = mount.rstrip("/")
+                if target == inside_path or target.startswith(inside_path + "/"):
+                    target = outside.rstrip("/") + target[len(inside_path) :]
+                    break
+            candidate = host_path(target, mounts)
+        resolved = candidate
+    return resolved
+
+
+def collect_dir(path, max_bytes, max_files, mounts=None):
     """Every regular file under path (sorted, at most max_files), each cut to its last max_bytes."""
     files, notes = [], []
-    real = os.path.realpath(path)
+    real = os.path.realpath(host_path(path, mounts))
     if not os.path.isdir(real):
         return files, [
             {"source": path, "note": "no such directory (Ray has not run here, or runs elsewhere)"}

@@ -46,6 +46,13 @@ options:
     type: list
     elements: path
     default: []
+  mounts:
+    description:
+      - Container path to host path, for links written inside a container. Ray's C(session_latest) is a link to
+        C(/tmp/ray/session_...) inside the Ray container; with C({/tmp/ray: /var/lib/sparkops/lab/ray}) the
+        files under O(log_dirs) are found on the host.
+    type: dict
+    default: {}
   kernel_pattern:
     description:
       - A regular expression; the kernel log's lines that match it are returned. Empty skips the kernel log.
@@ -88,6 +95,7 @@ EXAMPLES = r"""
     units: [sparkops-lab-vllm.service, sparkops-lab-ray-head.service]
     container_label: io.sparkops.vllm.cluster=lab
     log_dirs: [/var/lib/sparkops/lab/ray/session_latest/logs]
+    mounts: {/tmp/ray: /var/lib/sparkops/lab/ray}
     files: [/etc/sparkops/lab/launch.sh]
     kernel_pattern: "NVRM|Out of memory|oom-kill|oom_reaper|Killed process"
   register: logs
@@ -149,6 +157,7 @@ def main():
             "files": {"type": "list", "elements": "path", "default": []},
             "container_label": {"type": "str", "default": ""},
             "log_dirs": {"type": "list", "elements": "path", "default": []},
+            "mounts": {"type": "dict", "default": {}},
             "kernel_pattern": {"type": "str", "default": ""},
             "max_lines": {"type": "int", "default": 5000},
             "max_bytes": {"type": "int", "default": 1048576},
@@ -174,7 +183,9 @@ def main():
         else:
             notes.append({"source": "docker", "note": "docker is not installed on the node"})
     for directory in params["log_dirs"]:
-        more, more_notes = support.collect_dir(directory, params["max_bytes"], params["max_files"])
+        more, more_notes = support.collect_dir(
+            directory, params["max_bytes"], params["max_files"], params["mounts"]
+        )
         files += more
         notes += more_notes
     if params["kernel_pattern"]:

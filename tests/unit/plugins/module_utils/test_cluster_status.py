@@ -1,0 +1,416 @@
+"""status.yml's report: parsers on what the lab's nodes printed, node records, the verdict and the table.
+
+The inputs are captures from a deployed two-node lab (tests/fixtures/cluster_status/, taken with
+`docker exec <node> ...` on the h3 lab, 2026-11-30) and the real H200 gpu_consumers_info result
+(tests/fixtures/real_h200/module_result_load_auto.txt: PID 436 python3 holding 20998 MiB).
+"""
+
+import copy
+import json
+
+import pytest
+from ansible_collections.sparkops.vllm.plugins.filter.cluster_status import FilterModule
+from ansible_collections.sparkops.vllm.plugins.module_utils import _cluster_status as status
+
+from tests.conftest import FIXTURES
+
+CAPTURES = FIXTURES / "cluster_status"
+FILTERS = FilterModule().filters()
+GIB = 1024**3
+
+
+def _read(name):
+    return (CAPTURES / name).read_text()
+
+
+def _h200_result():
+    lines = (FIXTURES / "real_h200" / "module_result_load_auto.txt").read_text().splitlines()
+    return json.loads(next(line for line in lines if line.startswith('{"changed"')))
+
+
+# -- parsers -----------------------------------------------------------------
+
+
+def test_ip_addr_of_the_lab_ib_interface():
+    assert status.parse_ip_addr(_read("ip_head.json")) == {
+        "addresses": ["192.168.203.12/24"],
+        "mtu": 9000,
+        "state": "UP",
+    }
+
+
+@pytest.mark.parametrize("text", [_read("ip_missing.out"), "", "[]", "{}"])
+def test_ip_addr_of_a_missing_interface_is_empty(text):
+    assert status.parse_ip_addr(text) == {}
+
+
+def test_systemctl_show_of_an_active_and_of_a_missing_unit():
+    assert status.parse_systemctl_show(_read("show_ray_head.txt")) == {
+        "NRestarts": "0",
+        "LoadState": "loaded",
+        "ActiveState": "active",
+        "SubState": "running",
+    }
+    assert status.parse_systemctl_show(_read("show_missing.txt"))["LoadState"] == "not-found"
+
+
+@pytest.mark.parametrize("name", ["unit_ray_head.txt", "unit_ray_worker.txt"])
+def test_the_image_of_the_deployed_ray_units(name):
+    assert FILTERS["cluster_status_unit_image"](_read(name)) == "sparkops/vllm-lab:ef2343e6f453"
+
+
+@pytest.mark.parametrize(
+    "text", ["", "No files found for sparkops-lab-ray-head.service.\n", "[Service]\nExecStart=/bin/true\n"]
+)
+def test_no_image_without_a_ray_start(text):
+    assert status.unit_image(text) is None
+
+
+def test_utilization_of_the_deployed_launch_script():
+    assert status.deployed_utilization(_read("launch.sh")) == 0.55
+    assert status.deployed_utilization("exec vllm serve /m --gpu-memory-utilization=0.7") == 0.7
+    assert status.deployed_utilization("") is None
+
+
+def test_ray_nodes_output():
+    nodes = status.parse_ray_nodes(_read("ray_nodes.out"))
+    assert [(n["ip"], n["gpus"]) for n in nodes] == [("192.168.203.12", 1.0), ("192.168.203.13", 1.0)]
+    assert (
+        status.parse_ray_nodes("Traceback (most recent call last):\n  ...\nConnectionError: no Ray") is None
+    )
+    assert status.parse_ray_nodes("") is None
+
+
+# -- the report --------------------------------------------------------------
+
+IMAGE_ID = "sha256:b43cb24599799e34b8f0d20cac6d163b5943f5ba4c32886ff869061685fd420f"
+MEMORY = {"total_bytes": int(23.54 * GIB), "available_bytes": int(20.25 * GIB), "free_bytes": int(17 * GIB)}
+GB10 = [
+    {
+        "index": 0,
+        "name": "NVIDIA GB10",
+        "memory_total_mib": None,
+        "memory_used_mib": None,
+        "unified_memory": True,
+    }
+]
+
+
+def _node(host, role, ib_address, ip_json):
+    unit = "head" if role == "head" else "worker"
+    raw = {
+        "host": host,
+        "role": role,
+        "reachable": True,
+        "ib": {
+            "interface": "enp1s0f1np1",
+            "expected_address": ib_address,
+            "expected_mtu": 9000,
+            "rc": 0,
+            "stdout": ip_json,
+            "stderr": "",
+        },
+        "gpu": {"failed": False, "msg": "", "driver_version": "580.95.05", "gpus": GB10, "consumers": []},
+        "memory": {"failed": False, "msg": "", "memory": dict(MEMORY)},
+        "ray_unit": {"name": f"sparkops-lab-ray-{unit}", "stdout": _read("show_ray_head.txt")},
+        "serve_unit": {"name": "sparkops-lab-vllm", "stdout": _read("show_ray_head.txt")}
+        if role == "head"
+        else None,
+        "image": {
+            "ref": status.unit_image(_read(f"unit_ray_{unit}.txt")),
+            "id": IMAGE_ID,
+            "running_id": IMAGE_ID,
+        },
+        "manifest": {
+            "failed": False,
+            "msg": "",
+            "hashed": [],
+            "files": 11,
+            "total_bytes": 536872070,
+            "mismatches": [],
+        },
+        "ansible_host": "172.29.83.11" if role == "head" else "172.29.83.12",
+    }
+    return raw
+
+
+def _healthy():
+    worker_ip = (
+        _read("ip_head.json")
+        .replace("192.168.203.12", "192.168.203.13")
+        .replace("c0:a8:cb:0c", "c0:a8:cb:0d")
+    )
+    nodes = [
+        _node("spark-1", "head", "192.168.203.12", _read("ip_head.json")),
+        _node("spark-2", "worker", "192.168.203.13", worker_ip),
+    ]
+    cluster = {
+        "endpoint": "http://172.29.83.11:8000",
+        "served_model_name": "lab-tiny-moe",
+        "health": {"status": 200, "msg": "OK (unknown bytes)"},
+        "models": {"status": 200, "msg": "OK", "json": {"object": "list", "data": [{"id": "lab-tiny-moe"}]}},
+        "ray_nodes": {"rc": 0, "stdout": _read("ray_nodes.out"), "stderr": ""},
+        "launch_script": _read("launch.sh"),
+    }
+    settings = {
+        "gpu_memory_utilization": None,
+        "memory_margin_gib": 1.0,
+        "ray_memory_monitor": True,
+        "ray_memory_threshold": 0.95,
+        "gpus_per_node": 1,
+        "image_id": "",
+    }
+    return nodes, cluster, settings
+
+
+def test_a_healthy_lab_is_healthy_with_every_field():
+    result = status.report(*_healthy())
+    assert result["healthy"] is True
+    assert result["problems"] == []
+    head, worker = result["nodes"]
+    assert head["ib_address"] == "192.168.203.12" and head["ib_mtu"] == 9000
+    assert worker["ray_counted"] is True and worker["ray_gpus"] == 1.0
+    assert head["gpu_memory_utilization"] == 0.55
+    assert head["mem_needed_gib"] == pytest.approx(0.55 * 23.54, abs=0.01)
+    assert head["image"] == "sparkops/vllm-lab:ef2343e6f453" and head["image_id_expected"] == IMAGE_ID
+    assert head["serve_unit_state"] == "active" and head["model"] == "ok"
+    assert result["cluster"] == {
+        "endpoint": "http://172.29.83.11:8000",
+        "health_status": 200,
+        "served_models": ["lab-tiny-moe"],
+        "served_model": "lab-tiny-moe",
+        "served_model_expected": "lab-tiny-moe",
+        "problems": [],
+        "healthy": True,
+    }
+    assert json.loads(json.dumps(result)) == result
+
+
+def test_the_table_has_one_row_per_node_and_the_endpoint():
+    lines = status.table(status.report(*_healthy()))
+    assert lines[0].split()[:2] == ["HOST", "SSH"]
+    assert lines[1].startswith("spark-1") and lines[1].endswith("yes")
+    assert "192.168.203.13 / 9000" in lines[2] and "active, counted" in lines[2]
+    assert lines[3] == "Endpoint http://172.29.83.11:8000: /health 200, serving lab-tiny-moe"
+    assert lines[4] == "Healthy: every node and the endpoint."
+
+
+def test_a_stopped_worker_ray_unit_names_the_worker():
+    nodes, cluster, settings = _healthy()
+    nodes[1]["ray_unit"]["stdout"] = "NRestarts=0\nLoadState=loaded\nActiveState=inactive\nSubState=dead\n"
+    # What ray_nodes.py printed without the worker: the capture less spark-2's entry.
+    alive = [n for n in json.loads(_read("ray_nodes.out")) if n["ip"] != "192.168.203.13"]
+    cluster["ray_nodes"]["stdout"] = json.dumps(alive)
+    result = status.report(nodes, cluster, settings)
+    assert result["healthy"] is False
+    worker = result["nodes"][1]
+    assert worker["healthy"] is False and worker["ray_counted"] is False
+    assert worker["problems"][0].startswith("spark-2: sparkops-lab-ray-worker is inactive.")
+    assert "Ray does not count the node by its ib_address 192.168.203.13" in worker["problems"][1]
+    assert result["nodes"][0]["healthy"] is True
+    lines = status.table(result)
+    assert lines[2].endswith("NO") and "inactive, NOT counted" in lines[2]
+    assert lines[4] == "UNHEALTHY: 2 problem(s):"
+
+
+def test_ray_counting_a_management_address_says_so():
+    nodes, cluster, settings = _healthy()
+    alive = json.loads(_read("ray_nodes.out"))
+    alive[1]["ip"] = "172.29.83.12"
+    cluster["ray_nodes"]["stdout"] = json.dumps(alive)
+    problem = status.report(nodes, cluster, settings)["nodes"][1]["problems"][0]
+    assert "Ray counts it by its management address 172.29.83.12 instead" in problem
+
+
+def test_ray_that_does_not_answer_is_a_cluster_problem_and_counts_nobody():
+    nodes, cluster, settings = _healthy()
+    cluster["ray_nodes"] = {
+        "rc": 1,
+        "stdout": "",
+        "stderr": "Error response from daemon: container is not running",
+    }
+    result = status.report(nodes, cluster, settings)
+    assert [n["ray_counted"] for n in result["nodes"]] == [None, None]
+    assert result["cluster"]["problems"] == [
+        "cluster: Ray could not be asked for its nodes on the head (Error response from daemon: container is not "
+        "running). Fix: start the head's Ray unit; status cannot tell which nodes Ray counts until it answers."
+    ]
+
+
+def test_an_unreachable_node_is_reported_and_the_rest_still_read():
+    nodes, cluster, settings = _healthy()
+    nodes[1] = {
+        "host": "spark-2",
+        "role": "worker",
+        "reachable": False,
+        "ansible_host": "172.29.83.12",
+        "msg": "Failed to connect to the host via ssh: ssh: connect to host 172.29.83.12 port 22: No route to host",
+    }
+    result = status.report(nodes, cluster, settings)
+    worker = result["nodes"][1]
+    assert worker == {
+        "host": "spark-2",
+        "role": "worker",
+        "reachable": False,
+        "problems": [
+            "spark-2: unreachable over SSH (Failed to connect to the host via ssh: ssh: connect to host 172.29.83.12 "
+            "port 22: No route to host). Fix: check the node is up and `ssh 172.29.83.12` works from the controller."
+        ],
+        "healthy": False,
+    }
+    assert result["nodes"][0]["healthy"] is True
+    assert status.table(result)[2].split() == ["spark-2", "down", "-", "-", "-", "-", "-", "-", "NO"]
+
+
+def test_wrong_address_and_mtu_on_the_ib_interface():
+    nodes, cluster, settings = _healthy()
+    nodes[0]["ib"]["expected_address"] = "192.168.203.99"
+    nodes[0]["ib"]["expected_mtu"] = 1500
+    problems = status.report(nodes, cluster, settings)["nodes"][0]["problems"]
+    assert problems[0].startswith(
+        "spark-1: enp1s0f1np1 holds 192.168.203.12/24, not its ib_address 192.168.203.99."
+    )
+    assert problems[1].startswith("spark-1: enp1s0f1np1 has MTU 9000, the inventory's ib_mtu is 1500.")
+
+
+def test_a_missing_ib_interface():
+    nodes, cluster, settings = _healthy()
+    nodes[0]["ib"].update(rc=1, stdout="", stderr=_read("ip_missing.out"))
+    problem = status.report(nodes, cluster, settings)["nodes"][0]["problems"][0]
+    assert problem.startswith('spark-1: interface enp1s0f1np1 not found (Device "nosuch" does not exist.).')
+
+
+def test_the_real_h200_stale_consumer_and_discrete_memory():
+    nodes, cluster, settings = _healthy()
+    h200 = _h200_result()
+    consumers = [
+        dict(c, verdict="stale", why="not this cluster's container, not allowlisted")
+        for c in h200["consumers"]
+    ]
+    nodes[1]["gpu"] = {
+        "failed": False,
+        "msg": "",
+        "driver_version": h200["driver_version"],
+        "gpus": h200["gpus"],
+        "consumers": consumers,
+    }
+    worker = status.report(nodes, cluster, settings)["nodes"][1]
+    assert worker["stale_consumers"] == 1 and worker["own_consumers"] == 0
+    assert worker["problems"][0].startswith("spark-2: stale GPU consumer PID 436 python3 (20998 MiB)")
+    # Discrete GPU: the claim is utilization x the GPU's 143771 MiB, and the room is what the GPU has free.
+    assert worker["mem_needed_gib"] == pytest.approx(0.55 * 143771 / 1024, abs=0.01)
+    assert len(worker["problems"]) == 1
+
+
+def test_own_gpu_memory_counts_as_room_and_a_short_node_is_named():
+    nodes, cluster, settings = _healthy()
+    own = {
+        "pid": 1704,
+        "process_name": "VLLM::Worker",
+        "used_memory_mib": 12000,
+        "verdict": "own",
+        "why": "label",
+        "container": {"name": "sparkops-lab-vllm"},
+    }
+    nodes[0]["memory"]["memory"]["available_bytes"] = int(3 * GIB)
+    nodes[0]["gpu"]["consumers"] = [own]
+    assert status.report(nodes, cluster, settings)["nodes"][0]["healthy"] is True
+    nodes[0]["gpu"]["consumers"] = []
+    problem = status.report(nodes, cluster, settings)["nodes"][0]["problems"][0]
+    assert problem.startswith(
+        "spark-1: MemAvailable 3.0 GiB (+ 0.0 GiB held by this cluster's own containers) is below the plan's "
+        "12.95 GiB (gpu_memory_utilization 0.55 of 23.54 GiB, from the deployed launch script) plus the 1.0 GiB margin"
+    )
+
+
+def test_memory_at_rays_threshold():
+    nodes, cluster, settings = _healthy()
+    nodes[1]["memory"]["memory"]["available_bytes"] = int(0.04 * 23.54 * GIB)
+    cluster["launch_script"] = ""
+    problems = status.report(nodes, cluster, settings)["nodes"][1]["problems"]
+    assert len(problems) == 1 and "at or over Ray's memory threshold 0.95" in problems[0]
+
+
+def test_without_a_launch_script_the_inventory_utilization_is_the_plan():
+    nodes, cluster, settings = _healthy()
+    cluster["launch_script"] = ""
+    result = status.report(nodes, cluster, settings)
+    assert result["nodes"][0]["mem_needed_gib"] is None
+    assert "20.25 GiB, no plan" in status.table(result)[1]
+    settings["gpu_memory_utilization"] = 0.5
+    head = status.report(nodes, cluster, settings)["nodes"][0]
+    assert head["gpu_memory_utilization"] == 0.5
+
+
+def test_image_differences():
+    nodes, cluster, settings = _healthy()
+    nodes[1]["image"]["id"] = "sha256:" + "1" * 64
+    nodes[0]["image"]["running_id"] = "sha256:" + "2" * 64
+    result = status.report(nodes, cluster, settings)
+    assert "not the expected " + IMAGE_ID in result["nodes"][1]["problems"][0]
+    assert result["nodes"][0]["problems"][0].startswith(
+        "spark-1: sparkops-lab-ray-head runs image sha256:2222"
+    )
+    nodes[1]["image"]["id"] = ""
+    assert (
+        "the node holds no image sparkops/vllm-lab:ef2343e6f453"
+        in status.report(nodes, cluster, settings)["nodes"][1]["problems"][0]
+    )
+
+
+def test_model_manifest_states():
+    nodes, cluster, settings = _healthy()
+    nodes[1]["manifest"]["mismatches"] = [{"path": "model-00001-of-00008.safetensors", "reason": "missing"}]
+    nodes[0]["manifest"]["hashed"] = ["config.json"]
+    result = status.report(nodes, cluster, settings)
+    assert result["nodes"][1]["model"] == "1 differ"
+    assert "model-00001-of-00008.safetensors (missing)" in result["nodes"][1]["problems"][0]
+    assert result["nodes"][0]["model"] == "unrecorded"
+    nodes[1]["manifest"] = {"skipped": True, "msg": "the head's manifest could not be read"}
+    assert status.report(nodes, cluster, settings)["nodes"][1]["model"] == "unknown"
+
+
+def test_the_endpoint_down_or_serving_another_model():
+    nodes, cluster, settings = _healthy()
+    down = copy.deepcopy(cluster)
+    down["health"] = {
+        "status": -1,
+        "msg": "Status code was -1 and not [200]: Request failed: <urlopen error [Errno 111] Connection refused>",
+    }
+    down["models"] = {"status": -1, "msg": "", "json": {}}
+    result = status.report(nodes, down, settings)
+    assert result["cluster"]["health_status"] is None and result["cluster"]["served_model"] is None
+    assert "answered nothing (Status code was -1" in result["cluster"]["problems"][0]
+    other = copy.deepcopy(cluster)
+    other["models"]["json"]["data"] = [{"id": "another-model"}]
+    assert (
+        "serves another-model, not lab-tiny-moe"
+        in status.report(nodes, other, settings)["cluster"]["problems"][0]
+    )
+    unauthorized = copy.deepcopy(cluster)
+    unauthorized["models"] = {"status": 401, "msg": "HTTP Error 401: Unauthorized", "json": {}}
+    assert "sparkops_api_key" in status.report(nodes, unauthorized, settings)["cluster"]["problems"][0]
+
+
+def test_a_read_that_failed_is_the_only_problem_of_its_node():
+    nodes, cluster, settings = _healthy()
+    nodes[1] = {"host": "spark-2", "role": "worker", "reachable": True, "error": "Read | MemAvailable: boom"}
+    worker = status.report(nodes, cluster, settings)["nodes"][1]
+    assert worker["problems"] == [
+        "spark-2: status could not read the node: Read | MemAvailable: boom. Fix: run the status again with -vvv; "
+        "check the node's Docker engine and systemd answer."
+    ]
+
+
+def test_the_report_filter_reads_hostvars_and_counts_a_host_without_facts_unreachable():
+    nodes, cluster, settings = _healthy()
+    hostvars = {
+        "spark-1": {"cluster_status_raw": nodes[0], "ansible_host": "172.29.83.11"},
+        "spark-2": {"ansible_host": "172.29.83.12"},
+    }
+    result = FILTERS["cluster_status_report"](["spark-1", "spark-2"], hostvars, cluster, settings)
+    assert result["nodes"][1]["reachable"] is False
+    assert result["nodes"][1]["problems"][0].startswith(
+        "spark-2: unreachable over SSH (the node left the run before status read it)."
+    )
+    assert FILTERS["cluster_status_table"](result)[0].startswith("HOST")
