@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import ansible_runner
+from ansible.config.manager import ConfigManager
 
 from sparkops_cli.events import RunEvents
 from sparkops_cli.extravars import ExtraVar, redact_environment, write_extra_vars
@@ -102,8 +103,13 @@ class PlaybookRun:
         }
         # The repository's ansible.cfg, as for `ansible-playbook deploy.yml` from
         # the root, unless the caller chose one.
-        if not os.environ.get("ANSIBLE_CONFIG"):
-            env["ANSIBLE_CONFIG"] = str(self.project / "ansible.cfg")
+        config = os.environ.get("ANSIBLE_CONFIG") or str(self.project / "ansible.cfg")
+        env["ANSIBLE_CONFIG"] = config
+        # ansible-runner turns host key checking off unless the environment
+        # says otherwise; the configuration's setting stands instead.
+        if "ANSIBLE_HOST_KEY_CHECKING" not in os.environ:
+            checking = ConfigManager(conf_file=config).get_config_value("HOST_KEY_CHECKING")
+            env["ANSIBLE_HOST_KEY_CHECKING"] = "True" if checking else "False"
         return env
 
     def _write_json(self, name: str, data: Any) -> None:
@@ -164,6 +170,8 @@ class PlaybookRun:
                 suppress_env_files=True,
                 quiet=True,
                 rotate_artifacts=0,
+                # Facts stay in memory as ansible.cfg says (runner would cache them as files).
+                fact_cache_type="memory",
                 event_handler=on_event,
                 cancel_callback=lambda: cancelled["flag"],
             )
