@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from sparkops_cli.extravars import parse_extra_vars
 from sparkops_cli.run import PlaybookRun, prepare_run_dir
 
@@ -77,7 +78,12 @@ def run(project: Path, tmp_path: Path, name: str, *extra: str) -> tuple[dict, st
         run_dir=prepare_run_dir(tmp_path / name),
         display_argv=["sparkops", "deploy"],
         extra=parse_extra_vars(
-            [f"order=first sparkops_api_key={SECRET} out_dir={tmp_path}", "@vars.yml", '{"order": "third"}', *extra],
+            [
+                f"order=first sparkops_api_key={SECRET} out_dir={tmp_path}",
+                "@vars.yml",
+                '{"order": "third"}',
+                *extra,
+            ],
             tmp_path,
         ),
         progress=progress,
@@ -90,9 +96,20 @@ def test_a_changed_run(project, tmp_path):
     assert (doc["outcome"], doc["exit_code"], doc["rc"]) == ("changed", 2, 0)
     assert (tmp_path / "out.txt").read_text() == "third\n"  # the last -e won, as with ansible-playbook
     assert doc["hosts"] == {
-        "alpha": {"ok": 2, "changed": 1, "failed": 0, "unreachable": 0, "skipped": 1, "rescued": 0, "ignored": 0}
+        "alpha": {
+            "ok": 2,
+            "changed": 1,
+            "failed": 0,
+            "unreachable": 0,
+            "skipped": 1,
+            "rescued": 0,
+            "ignored": 0,
+        }
     }
-    assert [stage["stage"] for stage in doc["stages"]] == ["Stage A · one changed task", "Stage B · fail when asked"]
+    assert [stage["stage"] for stage in doc["stages"]] == [
+        "Stage A · one changed task",
+        "Stage B · fail when asked",
+    ]
     assert "== Stage A · one changed task" in progress
     assert "alpha                changed     Write a file" in progress
     artifacts = Path(doc["artifacts"])
@@ -108,7 +125,9 @@ def test_a_changed_run(project, tmp_path):
     # Every -e is a file on the command line; the private ones are gone after the run.
     assert [arg for arg in command["command"] if arg.startswith("@")]
     assert all("=" not in arg for arg in command["command"] if not arg.startswith("{"))
-    leaked = [path for path in artifacts.rglob("*") if path.is_file() and SECRET in path.read_text(errors="replace")]
+    leaked = [
+        path for path in artifacts.rglob("*") if path.is_file() and SECRET in path.read_text(errors="replace")
+    ]
     assert leaked == []
     assert SECRET not in progress
 
