@@ -9,7 +9,7 @@ module: support_bundle
 short_description: Stage collected logs with secrets redacted, and pack them with the report into a support bundle
 version_added: 0.1.0
 description:
-  - Runs on the controller (C(delegate_to: localhost)), in two steps around M(sparkops.vllm.diagnose).
+  - Runs on the controller (C(delegate_to=localhost)), in two steps around M(sparkops.vllm.diagnose).
   - O(state=staged) writes every host's files (the RV(sparkops.vllm.support_logs_info#module:files) of each node,
     and any further files given) under O(staging)C(/<host>/), each redacted first, in a 0700 directory with 0600
     files, and returns their RV(paths) and RV(path_hosts) for C(sparkops.vllm.diagnose)'s C(paths) and
@@ -17,9 +17,9 @@ description:
   - O(state=packed) adds O(extra_files) (the report, the findings as JSON), redacted, packs the staging directory
     into O(bundle) (a C(.tar.gz), mode 0600, in a 0700 directory) and removes the staging directory.
   - Redaction replaces with C([REDACTED]) every value in O(secrets) (the inventory's API key and Hugging Face
-    token) and what these patterns recognise, whatever the file:
-    C(--api-key X), C(--hf-token X), C(NAME_TOKEN=X), C(NAME_API_KEY: X), C(SECRET=), C(PASSWORD=),
-    C(Authorization: Bearer X) and C(hf_...) tokens.
+    token) and what these patterns recognise, whatever the file -
+    C(--api-key X), C(--hf-token X), C(NAME_TOKEN=X), C(NAME_API_KEY=X), C(NAME_SECRET=X), C(NAME_PASSWORD=X),
+    C(Authorization Bearer X) headers and C(hf_...) tokens.
 author:
   - sparkops.vllm contributors
 options:
@@ -59,7 +59,7 @@ options:
 attributes:
   check_mode:
     support: none
-    description: The bundle is the output the run exists for; run it with C(check_mode: false) in a check run.
+    description: The bundle is the output the run exists for; a check run calls it with C(check_mode=false).
   diff_mode:
     support: none
   idempotent:

@@ -49,7 +49,7 @@ options:
   mounts:
     description:
       - Container path to host path, for links written inside a container. Ray's C(session_latest) is a link to
-        C(/tmp/ray/session_...) inside the Ray container; with C({/tmp/ray: /var/lib/sparkops/lab/ray}) the
+        C(/tmp/ray/session_...) inside the Ray container; with C(/tmp/ray) mapped to C(/var/lib/sparkops/lab/ray) the
         files under O(log_dirs) are found on the host.
     type: dict
     default: {}

@@ -11,8 +11,7 @@ import json
 import pytest
 from ansible_collections.sparkops.vllm.plugins.filter.cluster_status import FilterModule
 from ansible_collections.sparkops.vllm.plugins.module_utils import _cluster_status as status
-
-from tests.conftest import FIXTURES
+from conftest import FIXTURES
 
 CAPTURES = FIXTURES / "cluster_status"
 FILTERS = FilterModule().filters()

@@ -15,8 +15,7 @@ import pytest
 from ansible_collections.sparkops.vllm.plugins.filter.support_bundle import FilterModule
 from ansible_collections.sparkops.vllm.plugins.module_utils import _diagnose as diagnose
 from ansible_collections.sparkops.vllm.plugins.module_utils import _support_bundle as support
-
-from tests.conftest import FIXTURES
+from conftest import FIXTURES
 
 JOURNAL = (FIXTURES / "support_bundle" / "journal_vllm_startup_short.log").read_text()
 LAUNCH = (FIXTURES / "cluster_status" / "launch.sh").read_text()
