@@ -51,11 +51,13 @@ def images_from_manifest(text):
 def read_manifest(path):
     """The text of ``manifest.json`` in the (plain or compressed) tar archive at ``path``.
 
-    The archive is read as a stream, member by member, so a large archive costs one
-    sequential read and no seeking; Docker writes the manifest near the end.
+    The archive is opened seekable, so tarfile reads each member's header and seeks
+    over its data: finding the manifest in a plain archive (what ``docker save``
+    writes) reads a few kilobytes, however large the layers; Docker writes the
+    manifest near the end. A compressed archive is decompressed up to the manifest.
     """
     try:
-        with tarfile.open(path, mode="r|*") as archive:
+        with tarfile.open(path, mode="r:*") as archive:
             for member in archive:
                 if member.name.lstrip("./") == "manifest.json" and member.isfile():
                     handle = archive.extractfile(member)

@@ -7,7 +7,8 @@ module: image_archive_info
 short_description: Read the image ID and tags held by a docker save archive, without loading it
 version_added: 0.1.0
 description:
-  - Reads C(manifest.json) of a C(docker save) archive (plain, gzip, bzip2 or xz tar) as a stream and returns
+  - Reads C(manifest.json) of a C(docker save) archive (plain, gzip, bzip2 or xz tar), seeking over the layers
+    of a plain archive rather than reading them, and returns
     the ID Docker will report for the image once it is loaded (C(docker image inspect --format '{{.Id}}')),
     and its tags.
   - Both the classic layout (Docker 24 and earlier, config C(<hex>.json)) and the OCI layout of Docker 25
