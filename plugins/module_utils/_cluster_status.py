@@ -315,6 +315,9 @@ def _image(node: dict, raw: Mapping[str, Any], ctx: Mapping[str, Any], problems:
 def _manifest(node: dict, raw: Mapping[str, Any], problems: list[str]) -> None:
     host = node["host"]
     manifest = raw.get("manifest") or {}
+    if manifest.get("disabled"):
+        node["model"] = "not checked"
+        return
     if manifest.get("skipped"):
         node["model"] = "unknown"
         node["model_problem"] = manifest.get("msg")

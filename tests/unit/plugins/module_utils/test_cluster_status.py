@@ -367,6 +367,10 @@ def test_model_manifest_states():
     assert result["nodes"][0]["model"] == "unrecorded"
     nodes[1]["manifest"] = {"skipped": True, "msg": "the head's manifest could not be read"}
     assert status.report(nodes, cluster, settings)["nodes"][1]["model"] == "unknown"
+    # cluster_status_check_model: false is the operator's choice, not a problem.
+    nodes[0]["manifest"] = {"disabled": True}
+    head = status.report(nodes, cluster, settings)["nodes"][0]
+    assert head["model"] == "not checked" and head["problems"] == []
 
 
 def test_the_endpoint_down_or_serving_another_model():
