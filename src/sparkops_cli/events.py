@@ -37,6 +37,7 @@ COUNTERS = ("ok", "changed", "failed", "unreachable", "skipped", "rescued", "ign
 # playbook_on_stats names two of them differently.
 _STATS_KEYS = {"failed": "failures", "unreachable": "dark"}
 
+_META_ACTIONS = {"meta", "ansible.builtin.meta", "ansible.legacy.meta"}
 _RESULT_EVENTS = {
     "runner_on_ok",
     "runner_on_failed",
@@ -175,7 +176,9 @@ class RunEvents:
         if stage is not None and host not in stage.hosts:
             stage.hosts.append(host)
         if kind == "runner_on_skipped":
-            self._count(host, "skipped")
+            # Ansible's stats do not count a skipped meta task (e.g. end_host).
+            if data.get("task_action") not in _META_ACTIONS:
+                self._count(host, "skipped")
             return []
         if kind == "runner_on_failed" and data.get("ignore_errors"):
             self._count(host, "ignored")
@@ -226,7 +229,7 @@ class RunEvents:
         if self.stages and self.stages[-1].end is None:
             self.stages[-1].end = self.last_created
         return [
-            {"stage": stage.name, "seconds": stage.seconds, "hosts": list(stage.hosts)}
+            {"stage": stage.name, "seconds": stage.seconds, "hosts": sorted(stage.hosts)}
             for stage in self.stages
         ]
 
