@@ -87,6 +87,20 @@ def safe_name(text):
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "unnamed"
 
 
+def since_epoch(since, now=None):
+    """The epoch seconds of a ``since`` value given as ``@EPOCH`` or ``-N[smhd]``; None for other forms."""
+    if not since:
+        return None
+    match = re.fullmatch(r"@(\d+(?:\.\d+)?)", since.strip())
+    if match:
+        return float(match.group(1))
+    match = re.fullmatch(r"-(\d+)\s*([smhd])", since.strip())
+    if match:
+        seconds = int(match.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+        return (time.time() if now is None else now) - seconds
+    return None
+
+
 def collect_journals(units, lines, since=None):
     """One file per unit: its journal (last ``lines`` lines); a unit with no journal becomes a note."""
     files, notes = [], []
@@ -100,7 +114,12 @@ def collect_journals(units, lines, since=None):
             continue
         if not out.strip() or out.strip() == "-- No entries --":
             notes.append(
-                {"source": f"journalctl -u {unit}", "note": "no journal entries (the unit never ran here)"}
+                {
+                    "source": f"journalctl -u {unit}",
+                    "note": f"no journal entries since {since}"
+                    if since
+                    else "no journal entries (the unit never ran here)",
+                }
             )
             continue
         files.append(
@@ -160,8 +179,11 @@ def collect_files(paths, max_bytes):
     return files, notes
 
 
-def collect_containers(label, lines, docker="docker"):
-    """One file per container carrying label (running or not): ``docker logs --timestamps --tail lines``."""
+def collect_containers(label, lines, docker="docker", since=None):
+    """One file per container carrying label (running or not): ``docker logs --timestamps --tail lines``.
+
+    since (epoch seconds) keeps only what the containers logged from then on.
+    """
     files, notes = [], []
     rc, out, err = _run([docker, "ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}"])
     if rc != 0:
@@ -174,7 +196,10 @@ def collect_containers(label, lines, docker="docker"):
             {"source": f"docker ps --filter label={label}", "note": "no container of this cluster exists"}
         )
     for name in names:
-        rc, log_out, log_err = _run([docker, "logs", "--timestamps", "--tail", str(lines), name])
+        argv = [docker, "logs", "--timestamps", "--tail", str(lines)]
+        if since is not None:
+            argv += ["--since", str(int(since))]
+        rc, log_out, log_err = _run([*argv, name])
         if rc != 0:
             notes.append(
                 {"source": f"docker logs {name}", "note": f"docker logs failed (rc {rc}): {log_err.strip()}"}
@@ -218,8 +243,11 @@ def host_path(path, mounts=None):
     return resolved
 
 
-def collect_dir(path, max_bytes, max_files, mounts=None):
-    """Every regular file under path (sorted, at most max_files), each cut to its last max_bytes."""
+def collect_dir(path, max_bytes, max_files, mounts=None, since=None):
+    """Every regular file under path (sorted, at most max_files), each cut to its last max_bytes.
+
+    since (epoch seconds) leaves out files last written before it.
+    """
     files, notes = [], []
     real = os.path.realpath(host_path(path, mounts))
     if not os.path.isdir(real):
@@ -230,7 +258,8 @@ def collect_dir(path, max_bytes, max_files, mounts=None):
     for root, _dirs, names in os.walk(real):
         for name in names:
             full = os.path.join(root, name)
-            if os.path.isfile(full) and not os.path.islink(full):
+            recent = since is None or os.path.getmtime(full) >= since
+            if os.path.isfile(full) and not os.path.islink(full) and recent:
                 found.append(full)
     found.sort()
     if len(found) > max_files:

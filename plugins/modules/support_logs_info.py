@@ -75,8 +75,10 @@ options:
     default: 200
   since:
     description:
-      - Read journals from this time on (any C(journalctl --since) value, for example C(-2h)). Empty reads the
-        last O(max_lines) lines whenever they were written.
+      - Read journals from this time on (any C(journalctl --since) value, for example C(-2h) or C(@1767225600)).
+        Empty reads the last O(max_lines) lines whenever they were written.
+      - Given as C(@EPOCH) or C(-N) with a unit (C(s), C(m), C(h), C(d)), it also limits the container logs
+        (C(docker logs --since)) and leaves out files under O(log_dirs) last written before it.
     type: str
     default: ""
 extends_documentation_fragment:
@@ -168,6 +170,7 @@ def main():
     )
     params = module.params
     files, notes = support.collect_journals(params["units"], params["max_lines"], params["since"] or None)
+    since = support.since_epoch(params["since"])
     units = support.unit_states(params["units"])
     more, more_notes = support.collect_files(params["files"], params["max_bytes"])
     files += more
@@ -184,7 +187,7 @@ def main():
             notes.append({"source": "docker", "note": "docker is not installed on the node"})
     for directory in params["log_dirs"]:
         more, more_notes = support.collect_dir(
-            directory, params["max_bytes"], params["max_files"], params["mounts"]
+            directory, params["max_bytes"], params["max_files"], params["mounts"], since
         )
         files += more
         notes += more_notes

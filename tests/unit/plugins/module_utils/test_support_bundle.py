@@ -288,3 +288,40 @@ def test_report_without_findings_says_how_much_was_read():
 
 def test_bundle_name_is_utc():
     assert support.bundle_name("sparkops lab", 0) == "sparkops_lab-19700101T000000Z.tar.gz"
+
+
+def test_since_as_epoch_or_relative():
+    assert support.since_epoch("@1767225600") == 1767225600.0
+    assert support.since_epoch("-2h", now=10000.0) == 10000.0 - 7200
+    assert support.since_epoch("-15 m", now=1000.0) == 100.0
+    # journalctl's other forms limit only the journals.
+    assert support.since_epoch("2026-01-01 10:00") is None
+    assert support.since_epoch("") is None
+
+
+def test_since_leaves_out_older_files_and_asks_docker_for_newer_lines(tmp_path, monkeypatch):
+    old, new = tmp_path / "old.log", tmp_path / "new.log"
+    old.write_text("placement group waited\n")
+    new.write_text("Free memory on device\n")
+    os.utime(old, (1000, 1000))
+    os.utime(new, (3000, 3000))
+    files, _notes = support.collect_dir(str(tmp_path), 1024, 10, since=2000)
+    assert [f["name"] for f in files] == ["ray/new.log"]
+    calls = []
+
+    def fake_run(argv, timeout=120):
+        calls.append(argv)
+        return (0, "sparkops-lab-vllm\n", "") if argv[1] == "ps" else (0, "line\n", "")
+
+    monkeypatch.setattr(support, "_run", fake_run)
+    support.collect_containers("io.sparkops.vllm.cluster=lab", 100, "docker", since=2000.5)
+    assert calls[1] == [
+        "docker",
+        "logs",
+        "--timestamps",
+        "--tail",
+        "100",
+        "--since",
+        "2000",
+        "sparkops-lab-vllm",
+    ]
