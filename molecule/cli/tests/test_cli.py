@@ -1,0 +1,164 @@
+"""The sparkops CLI against the lab: real runs of the console script, asserted on
+their exit codes, the summary on stdout, the progress on stderr and the artifacts.
+
+`host` is the worker (spark-2): one test stops its Ray unit. Every CLI run is a
+subprocess on the controller, from the repository root, with the repository's
+ansible.cfg (Molecule's own is not what an operator has).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY") or Path(__file__).resolve().parents[3])
+SPARKOPS = Path(sys.executable).parent / "sparkops"
+# The lab's inventory, which the CLI uses by default (ansible.cfg). Another lab's
+# hosts.yml (with group_vars/ beside it) can stand in for it, to run these tests
+# by hand: SPARKOPS_CLI_TEST_INVENTORY=/tmp/mylab/hosts.yml pytest --connection=ansible
+# --ansible-inventory=/tmp/mylab/hosts.yml molecule/cli/tests (SPARKOPS_LAB_DIR set).
+GIVEN = os.environ.get("SPARKOPS_CLI_TEST_INVENTORY")
+HOSTS = Path(GIVEN) if GIVEN else PROJECT / "inventory" / "lab" / "hosts.yml"
+INVENTORY = yaml.safe_load(HOSTS.read_text())
+HEAD = next(iter(INVENTORY["cluster"]["children"]["head"]["hosts"]))
+WORKER = next(iter(INVENTORY["cluster"]["children"]["workers"]["hosts"]))
+CLUSTER = yaml.safe_load((HOSTS.parent / "group_vars" / "all" / "cluster.yml").read_text())[
+    "sparkops_cluster_name"
+]
+SECRET = "cli-test-s3cr3t-value"
+
+testinfra_hosts = [f"ansible://{WORKER}"]
+
+
+def sparkops(*args: str, inventory: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["ANSIBLE_CONFIG"] = str(PROJECT / "ansible.cfg")
+    env.setdefault("SPARKOPS_LAB_DIR", str(PROJECT / ".lab"))
+    argv = [str(SPARKOPS), *args]
+    inventory = inventory or (HOSTS if GIVEN else None)
+    if inventory is not None:
+        argv[2:2] = ["-i", str(inventory)]
+    return subprocess.run(argv, cwd=PROJECT, env=env, capture_output=True, text=True, check=False)
+
+
+def artifacts_of(run: subprocess.CompletedProcess[str]) -> Path:
+    found = re.findall(r"^artifacts: (\S+)$", run.stdout, re.M)
+    assert found, run.stdout + run.stderr
+    return Path(found[-1])
+
+
+def explain(run: subprocess.CompletedProcess[str]) -> str:
+    return f"rc={run.returncode}\n--- stdout\n{run.stdout[-4000:]}\n--- stderr\n{run.stderr[-4000:]}"
+
+
+def test_console_script_is_installed():
+    assert SPARKOPS.is_file(), "scripts/setup installs the CLI into .venv (pip install -e .)"
+    helped = subprocess.run([str(SPARKOPS), "--help"], capture_output=True, text=True, check=False)
+    assert helped.returncode == 0
+    assert "3    unreachable" in helped.stdout
+
+
+def test_status_on_the_healthy_lab_is_ok_with_table_and_artifacts():
+    run = sparkops("status", "-e", f"sparkops_cli_test_token={SECRET}")
+    assert run.returncode == 0, explain(run)
+    # The summary table: a row per node with its counts, a row per stage.
+    table = run.stdout
+    assert re.search(r"^host\s+ok\s+changed\s+failed\s+unreachable\s+skipped", table, re.M), table
+    for node in (HEAD, WORKER):
+        row = re.search(rf"^{node}\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", table, re.M)
+        assert row, table
+        assert int(row.group(1)) > 0 and row.group(2, 3, 4) == ("0", "0", "0"), row.group(0)
+    assert re.search(r"^stage\s+seconds\s+hosts", table, re.M), table
+    assert "result: ok (exit 0)" in table
+    # Progress went to stderr, stage by stage.
+    assert re.search(r"^== Status", run.stderr, re.M), run.stderr
+    # The artifacts: the runner's events and stdout, the status JSON, the summary.
+    artifacts = artifacts_of(run)
+    assert artifacts.is_relative_to(PROJECT / ".cache" / "sparkops" / "runs")
+    events = sorted((artifacts / "runner" / "job_events").glob("*.json"))
+    kinds = {json.loads(path.read_text())["event"] for path in events}
+    assert {"playbook_on_start", "playbook_on_play_start", "runner_on_ok", "playbook_on_stats"} <= kinds
+    assert "PLAY RECAP" in (artifacts / "runner" / "stdout").read_text()
+    status = json.loads((artifacts / "status.json").read_text())
+    assert status, "status.yml wrote an empty status.json"
+    summary = json.loads((artifacts / "summary.json").read_text())
+    assert summary["outcome"] == "ok"
+    assert summary["report"] == status
+    # The secret-looking -e value is in no artifact, and the command shows it redacted.
+    assert "sparkops_cli_test_token=<redacted>" in summary["argv"]
+    leaked = [
+        str(path)
+        for path in artifacts.rglob("*")
+        if path.is_file() and SECRET in path.read_text(errors="replace")
+    ]
+    assert leaked == []
+
+
+def test_status_json_is_one_document_on_stdout():
+    run = sparkops("status", "--json")
+    assert run.returncode == 0, explain(run)
+    doc = json.loads(run.stdout)
+    assert (doc["command"], doc["outcome"], doc["exit_code"], doc["rc"]) == ("status", "ok", 0, 0)
+    assert doc["playbook"] == "playbooks/status.yml"
+    assert set(doc["hosts"]) >= {HEAD, WORKER}
+    assert all(stage["seconds"] is not None for stage in doc["stages"])
+    assert Path(doc["artifacts"], "status.json").is_file()
+    assert doc["report"] == json.loads(Path(doc["artifacts"], "status.json").read_text())
+    # The progress stayed on stderr.
+    assert "== Status" in run.stderr
+
+
+def test_a_stopped_worker_ray_unit_fails_status_and_restart_brings_it_back(host):
+    unit = f"sparkops-{CLUSTER}-ray-worker.service"
+    assert host.service(unit).is_running
+    host.run_expect([0], f"systemctl stop {unit}")
+    try:
+        failed = sparkops("status")
+        assert failed.returncode == 1, explain(failed)
+        assert "result: failed (exit 1)" in failed.stdout
+        # status.json (kept by the CLI in the artifacts) names the worker as
+        # unhealthy, with its Ray unit not running and not counted by Ray.
+        report = json.loads((artifacts_of(failed) / "status.json").read_text())
+        node = next(node for node in report["nodes"] if node["host"] == WORKER)
+        assert (node["healthy"], node["ray_counted"]) == (False, False)
+        assert node["ray_unit_state"] != "active"
+        # ...and so does the progress the operator saw.
+        assert any(line.strip().startswith(f"- {WORKER}: ") for line in failed.stderr.splitlines()), (
+            failed.stderr
+        )
+    finally:
+        restarted = sparkops("restart")
+    assert restarted.returncode == 2, explain(restarted)
+    assert "result: changed (exit 2)" in restarted.stdout
+    assert host.service(unit).is_running
+    healthy = sparkops("status", "--json")
+    assert healthy.returncode == 0, explain(healthy)
+
+
+def test_an_unreachable_worker_exits_3(tmp_path):
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    hosts = json.loads(json.dumps(INVENTORY))
+    worker = hosts["cluster"]["children"]["workers"]["hosts"][WORKER]
+    used = {
+        str(node["ansible_host"])
+        for group in hosts["cluster"]["children"].values()
+        for node in group["hosts"].values()
+    }
+    prefix = worker["ansible_host"].rsplit(".", 1)[0]
+    unused = next(f"{prefix}.{last}" for last in range(250, 200, -1) if f"{prefix}.{last}" not in used)
+    worker["ansible_host"] = unused
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    shutil.copytree(HOSTS.parent / "group_vars", inventory / "group_vars", symlinks=True)
+    run = sparkops("status", "--json", inventory=inventory / "hosts.yml")
+    assert run.returncode == 3, explain(run)
+    doc = json.loads(run.stdout)
+    assert (doc["outcome"], doc["exit_code"]) == ("unreachable", 3)
+    assert WORKER in {problem["host"] for problem in doc["problems"] if problem["kind"] == "unreachable"}
