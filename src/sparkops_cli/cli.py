@@ -37,7 +37,7 @@ EXIT_CODES = f"""exit codes:
   {EXIT_OK}    ok: every task ok, nothing changed (in check mode: nothing would change)
   {EXIT_CHANGED}    changed: the run changed something (in check mode: would change)
   {EXIT_FAILED}    failed: a task failed, or ansible-playbook could not run; for
-       `diagnose FILE...`: an error-severity finding
+       `diagnose` and `diagnose FILE...`: an error-severity finding
   {EXIT_UNREACHABLE}    unreachable: a host could not be reached; this wins over failed,
        because what was not reached was not checked at all
   {EXIT_USAGE}    usage error: bad arguments, bad -e, no checkout to run

@@ -28,6 +28,10 @@ def result_document(
 ) -> dict[str, Any]:
     """Everything a script needs about one run; ``argv`` is already redacted."""
     outcome = events.outcome(rc, runner_status)
+    if command == "diagnose" and outcome in ("ok", "changed") and error_findings(report):
+        # The run itself went well; what it found is a failure of the cluster,
+        # and a script must not have to read diagnose.json to learn that.
+        outcome = "failed"
     return {
         "command": command,
         "playbook": playbook,
@@ -48,6 +52,14 @@ def result_document(
         "started": started,
         "finished": finished,
     }
+
+
+def error_findings(report: Any) -> list[Mapping[str, Any]]:
+    """The error-severity findings of a diagnose report (``diagnose.json``), if any."""
+    if not isinstance(report, Mapping):
+        return []
+    findings = report.get("findings") or []
+    return [f for f in findings if isinstance(f, Mapping) and f.get("severity") == "error"]
 
 
 def _table(header: list[str], rows: list[list[str]], right: set[int]) -> list[str]:

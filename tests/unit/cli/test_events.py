@@ -228,3 +228,30 @@ def test_json_document_round_trips():
 )
 def test_result_message(res, message):
     assert result_message(res) == message
+
+
+@pytest.mark.parametrize(
+    ("findings", "outcome", "code"),
+    [
+        ([{"id": "startup_memory_short", "severity": "error", "host": "spark-1"}], "failed", 1),
+        ([{"id": "ray_memory_monitor_off", "severity": "warning", "host": "spark-1"}], "ok", 0),
+        ([], "ok", 0),
+    ],
+)
+def test_cluster_diagnose_fails_on_an_error_finding(findings, outcome, code):
+    """A clean diagnose run that finds an error-severity cause exits 1, like `diagnose FILE...`."""
+    run, _ = replay("status_ok")
+    live = recorded("status_ok")
+    doc = result_document(
+        command="diagnose",
+        playbook="playbooks/diagnose.yml",
+        argv=["sparkops", "diagnose"],
+        inventory=[],
+        check=False,
+        rc=live["rc"],
+        runner_status=live["runner_status"],
+        events=run,
+        artifacts=live["artifacts"],
+        report={"findings": findings, "bundle": "/tmp/b.tar.gz"},
+    )
+    assert (doc["outcome"], doc["exit_code"]) == (outcome, code)
