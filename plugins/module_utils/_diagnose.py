@@ -1625,17 +1625,46 @@ _SUMMARIES = {
 }
 
 
+def _plan_peak(plan: dict) -> tuple:
+    """(peak GiB, limit GiB, " on HOST") of a node plan, or of a cluster plan's tightest node."""
+    nodes = plan.get("nodes")
+    if not isinstance(nodes, dict) or not nodes:
+        return plan.get("peak_gib"), plan.get("limit_gib"), ""
+    figures = [
+        (n["limit_gib"] - n["peak_gib"], host, n)
+        for host, n in sorted(nodes.items())
+        if isinstance(n, dict) and n.get("peak_gib") is not None and n.get("limit_gib") is not None
+    ]
+    if not figures:
+        return None, None, ""
+    _, host, node = min(figures, key=lambda item: item[0])
+    return node["peak_gib"], node["limit_gib"], f" on {host}"
+
+
+def _plan_recommendation(plan: dict):
+    """The utilization the plan recommends; a given (forced) value is not a recommendation."""
+    if plan.get("utilization_source") != "given":
+        return plan.get("gpu_memory_utilization")
+    nodes = plan.get("nodes") if isinstance(plan.get("nodes"), dict) else {}
+    values = [
+        n.get("recommended_gpu_memory_utilization")
+        for n in nodes.values()
+        if isinstance(n, dict) and n.get("recommended_gpu_memory_utilization") is not None
+    ]
+    return min(values) if values else None
+
+
 def _fix(finding_id: str, acc: _Finding, scanner: Scanner) -> str:
     fix = _FIXES[finding_id]
     plan = scanner.context.memory_plan
     memory_ids = {"ray_oom_kill", "cuda_graph_capture_oom", "startup_memory_short", "cuda_oom"}
     if finding_id in memory_ids and plan:
-        recommended = plan.get("gpu_memory_utilization")
-        if plan.get("fits") is False:
+        peak, limit, where = _plan_peak(plan)
+        if plan.get("fits") is False and peak is not None and limit is not None:
             fix += (
-                f" The memory plan already predicted this: peak {plan.get('peak_gib')} GiB over the limit "
-                f"{plan.get('limit_gib')} GiB."
+                f" The memory plan already predicted this: peak {peak} GiB over the limit {limit} GiB{where}."
             )
+        recommended = _plan_recommendation(plan)
         if recommended is not None:
             fix += f" The memory plan recommends gpu_memory_utilization {recommended}."
     current = scanner.context.settings.get("sparkops_gpu_memory_utilization")

@@ -853,3 +853,33 @@ def test_remote_error_after_a_ray_oom_kill_comes_second():
         ("nccl_collective_timeout", "warning"),
     ]
     assert "spark-1" in result["findings"][0]["summary"]
+
+
+def test_context_cluster_plan_names_the_tightest_node_and_no_forced_value_as_advice():
+    """The deploy's cluster plan (preflight_memory_plan) keeps peak/limit per node; a forced value is no advice."""
+    context = {
+        "memory_plan": {
+            "gpu_memory_utilization": 0.99,
+            "utilization_source": "given",
+            "fits": False,
+            "nodes": {
+                "spark-1": {
+                    "fits": False,
+                    "peak_gib": 120.4,
+                    "limit_gib": 113.7,
+                    "recommended_gpu_memory_utilization": 0.82,
+                },
+                "spark-2": {
+                    "fits": False,
+                    "peak_gib": 118.0,
+                    "limit_gib": 113.7,
+                    "recommended_gpu_memory_utilization": 0.84,
+                },
+            },
+        },
+    }
+    result = diagnose_paths([str(WRITTEN / "ray_oom_during_graph_capture.log")], context)
+    fix = result["findings"][0]["fix"]
+    assert "peak 120.4 GiB over the limit 113.7 GiB on spark-1" in fix
+    assert "recommends gpu_memory_utilization 0.82" in fix
+    assert "None" not in fix and "0.99" not in fix
