@@ -679,3 +679,20 @@ def test_sample_inventory_documents_every_setting_where_the_messages_point():
     for group in ("head", "workers"):
         for name, hostvars in hosts["cluster"]["children"][group]["hosts"].items():
             assert {"ansible_host", "ib_address"} <= set(hostvars), name
+
+
+def test_a_number_given_as_key_value_on_the_command_line_names_the_json_form(tmp_path, tripwire):
+    """`-e NAME=0.5` reaches Ansible as a string; the message says how to pass the number."""
+    script, marker = tripwire
+    proc = run_playbook(
+        write_inventory(tmp_path, arm(baseline(), script)),
+        PLAYBOOK,
+        "-e",
+        "sparkops_gpu_memory_utilization=0.5",
+    )
+
+    assert proc.returncode != 0
+    assert not marker.exists()
+    msg = failure(proc)
+    assert "sparkops_gpu_memory_utilization is the string '0.5', not a number" in msg, msg
+    assert """write -e '{"sparkops_gpu_memory_utilization": 0.5}'""" in msg, msg
