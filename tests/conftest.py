@@ -1,4 +1,4 @@
-"""Make the collection importable as ``ansible_collections.sparkops.vllm``.
+"""Make the collection importable as ``ansible_collections.sparkops.vllm``, and the CLI as ``sparkops_cli``.
 
 The repository root *is* the collection; ``.collections/ansible_collections/
 sparkops/vllm`` is a committed symlink back to it, so the same tree serves
@@ -12,5 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 COLLECTIONS = ROOT / ".collections"
 if str(COLLECTIONS) not in sys.path:
     sys.path.insert(0, str(COLLECTIONS))
+# The sparkops CLI's package (src/sparkops_cli), installed into .venv or not.
+# One conftest for the whole tree: tests import FIXTURES from `conftest`, and a
+# second conftest.py elsewhere would shadow this module under that name.
+SRC = ROOT / "src"
+if str(SRC) not in sys.path:
+    sys.path.insert(0, str(SRC))
 
 FIXTURES = ROOT / "tests" / "fixtures"
