@@ -154,16 +154,21 @@ def unit_states(units):
     return states
 
 
+def _read_tail(path, max_bytes):
+    """(data, size): the file's bytes, or its last max_bytes when it is larger (a log's end holds the failure)."""
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_bytes:
+            handle.seek(size - max_bytes)
+        return handle.read(max_bytes), size
+
+
 def collect_files(paths, max_bytes):
     """Each file whole (or its last max_bytes) as ``config/<path>``; a missing one becomes a note."""
     files, notes = [], []
     for path in paths:
         try:
-            with open(path, "rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if size > max_bytes:
-                    handle.seek(size - max_bytes)
-                data = handle.read(max_bytes)
+            data, size = _read_tail(path, max_bytes)
         except OSError as exc:
             notes.append({"source": path, "note": f"cannot be read: {exc.strerror}"})
             continue
@@ -269,11 +274,7 @@ def collect_dir(path, max_bytes, max_files, mounts=None, since=None):
         found = found[:max_files]
     for full in found:
         try:
-            with open(full, "rb") as handle:
-                size = os.fstat(handle.fileno()).st_size
-                if size > max_bytes:
-                    handle.seek(size - max_bytes)
-                data = handle.read(max_bytes)
+            data, size = _read_tail(full, max_bytes)
         except OSError as exc:
             notes.append({"source": full, "note": f"cannot be read: {exc}"})
             continue
