@@ -49,7 +49,10 @@ PLAYBOOK = """\
 
 
 @pytest.fixture
-def project(tmp_path):
+def project(tmp_path, monkeypatch):
+    # The CLI honours a caller's ANSIBLE_CONFIG (`make test` exports the
+    # repository's); this project's own ansible.cfg must be the one read here.
+    monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
     root = tmp_path / "project"
     root.mkdir()
     (root / "ansible.cfg").write_text("[defaults]\ninventory = hosts.yml\ngathering = explicit\n")
