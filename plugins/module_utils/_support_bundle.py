@@ -123,12 +123,7 @@ def collect_journals(units, lines, since=None):
             )
             continue
         files.append(
-            {
-                "name": f"journal/{safe_name(unit)}.log",
-                "source": f"journalctl -u {unit}",
-                "content": out,
-                "truncated": out.count("\n") >= lines,
-            }
+            _entry(f"journal/{safe_name(unit)}.log", f"journalctl -u {unit}", out, out.count("\n") >= lines)
         )
     return files, notes
 
@@ -154,6 +149,11 @@ def unit_states(units):
     return states
 
 
+def _entry(name, source, content, truncated):
+    """One collected file: its name in the bundle, where it came from, its text, whether it was cut."""
+    return {"name": name, "source": source, "content": content, "truncated": truncated}
+
+
 def _read_tail(path, max_bytes):
     """(data, size): the file's bytes, or its last max_bytes when it is larger (a log's end holds the failure)."""
     with open(path, "rb") as handle:
@@ -173,14 +173,7 @@ def collect_files(paths, max_bytes):
             notes.append({"source": path, "note": f"cannot be read: {exc.strerror}"})
             continue
         text, truncated = _tail_bytes(data, max_bytes)
-        files.append(
-            {
-                "name": "config/" + path.lstrip("/"),
-                "source": path,
-                "content": text,
-                "truncated": truncated or size > max_bytes,
-            }
-        )
+        files.append(_entry("config/" + path.lstrip("/"), path, text, truncated or size > max_bytes))
     return files, notes
 
 
@@ -215,12 +208,12 @@ def collect_containers(label, lines, docker="docker", since=None):
             ("\n" if log_out and not log_out.endswith("\n") else "") + log_err if log_err else ""
         )
         files.append(
-            {
-                "name": f"containers/{safe_name(name)}.log",
-                "source": f"docker logs {name}",
-                "content": content,
-                "truncated": content.count("\n") >= lines,
-            }
+            _entry(
+                f"containers/{safe_name(name)}.log",
+                f"docker logs {name}",
+                content,
+                content.count("\n") >= lines,
+            )
         )
     return files, notes
 
@@ -283,12 +276,7 @@ def collect_dir(path, max_bytes, max_files, mounts=None, since=None):
         text, truncated = _tail_bytes(data, max_bytes)
         relative = os.path.relpath(full, real)
         files.append(
-            {
-                "name": f"ray/{relative}",
-                "source": os.path.join(path, relative),
-                "content": text,
-                "truncated": truncated or size > max_bytes,
-            }
+            _entry(f"ray/{relative}", os.path.join(path, relative), text, truncated or size > max_bytes)
         )
     return files, notes
 
@@ -303,12 +291,12 @@ def collect_kernel(pattern, lines):
         if rc == 0:
             matched = [line for line in out.splitlines() if regex.search(line)][-lines:]
             note = [] if matched else [{"source": " ".join(argv), "note": f"no line matches {pattern}"}]
-            file = {
-                "name": "kernel/dmesg-nvrm-oom.log",
-                "source": f"{' '.join(argv)} | grep -E '{pattern}'",
-                "content": "\n".join(matched) + ("\n" if matched else ""),
-                "truncated": False,
-            }
+            file = _entry(
+                "kernel/dmesg-nvrm-oom.log",
+                f"{' '.join(argv)} | grep -E '{pattern}'",
+                "\n".join(matched) + ("\n" if matched else ""),
+                False,
+            )
             return [file], [{"source": " ".join(a), "note": r} for a, r in refusals] + note
         refusals.append((argv, f"refused (rc {rc}): {err.strip() or out.strip()}"))
     return [], [{"source": " ".join(argv), "note": why} for argv, why in refusals]
