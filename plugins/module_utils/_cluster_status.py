@@ -158,10 +158,15 @@ def _gpu(node: dict, raw: Mapping[str, Any], problems: list[str]) -> None:
     stale = [item for item in gpu.get("consumers") or [] if item.get("verdict") == "stale"]
     node["stale_consumers"] = len(stale)
     for item in stale:
+        name = (item.get("container") or {}).get("name")
+        stop = (
+            f"`ansible-playbook playbooks/reclaim.yml -e reclaim_confirm={name}` stops the container"
+            if name
+            else f"`kill {item.get('pid')}` on {host}: it runs in no container"
+        )
         problems.append(
             f"{host}: stale GPU consumer {_consumer_label(item)}: {item.get('why')}. Fix: stop it "
-            f"(`ansible-playbook playbooks/preflight.yml -e preflight_reclaim=true` stops stale containers), or "
-            f"allowlist it in preflight_gpu_consumer_allowlist."
+            f"({stop}), or allowlist it in preflight_gpu_consumer_allowlist."
         )
 
 

@@ -296,6 +296,8 @@ def test_the_real_h200_stale_consumer_and_discrete_memory():
     worker = status.report(nodes, cluster, settings)["nodes"][1]
     assert worker["stale_consumers"] == 1 and worker["own_consumers"] == 0
     assert worker["problems"][0].startswith("spark-2: stale GPU consumer PID 436 python3 (20998 MiB)")
+    # no container to stop through Docker: the fix names the process
+    assert "`kill 436` on spark-2" in worker["problems"][0]
     # Discrete GPU: the claim is utilization x the GPU's 143771 MiB, and the room is what the GPU has free.
     assert worker["mem_needed_gib"] == pytest.approx(0.55 * 143771 / 1024, abs=0.01)
     assert len(worker["problems"]) == 1
