@@ -89,7 +89,9 @@ class ActionModule(ActionBase):
             notes.append(f"environment from the plan (in the Ray containers): {key}={value}")
 
         template_vars = dict(task_vars)
-        template_vars.update(launch.template_vars(cluster=args["cluster"], unit=args["unit"], notes=notes, argv=argv))
+        template_vars.update(
+            launch.template_vars(cluster=args["cluster"], unit=args["unit"], notes=notes, argv=argv)
+        )
         template_args = {
             "src": os.path.realpath(TEMPLATE),
             "dest": args["dest"],

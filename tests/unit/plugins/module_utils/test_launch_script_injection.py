@@ -29,7 +29,7 @@ def payloads(marker):
         f"--x=$(touch {marker})",
         f"a'\"'\"'$(touch {marker})",
         f"$((1))$HOME*?[a]{{b,c}}~ ; touch {marker} &",
-        f"x\\",
+        "x\\",
     ]
 
 
@@ -93,7 +93,7 @@ def test_no_payload_runs_and_every_value_arrives_literally(tmp_path, index):
 
 
 def test_the_api_key_never_reaches_the_script_or_argv(tmp_path):
-    argv, text = render(tmp_path, "plain")
+    _argv, text = render(tmp_path, "plain")
     received = run_script(tmp_path, text)
     assert "--api-key" not in received
     assert "k" * 32 not in "".join(received)
@@ -101,7 +101,9 @@ def test_the_api_key_never_reaches_the_script_or_argv(tmp_path):
 
 
 def test_the_header_values_stay_comments(tmp_path):
-    hostile = launch.template_vars(cluster="c\ntouch x", unit="u\r", notes=["n\x00touch x"], argv=["serve", "m"])
+    hostile = launch.template_vars(
+        cluster="c\ntouch x", unit="u\r", notes=["n\x00touch x"], argv=["serve", "m"]
+    )
     assert hostile["launch_script_cluster"] == "c\\x0atouch x"
     assert hostile["launch_script_unit"] == "u\\x0d"
     assert hostile["launch_script_notes"] == ["n\\x00touch x"]
