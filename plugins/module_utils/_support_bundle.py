@@ -23,7 +23,7 @@ import subprocess
 import tarfile
 import time
 
-from ansible_collections.sparkops.vllm.plugins.module_utils import _redact
+from ansible_collections.sparkops.vllm.plugins.module_utils import _redact, _safe_read
 
 # One redaction for the bundle and the CLI (module_utils/_redact.py).
 REDACTED = _redact.REDACTED
@@ -134,8 +134,11 @@ def _entry(name, source, content, truncated):
 
 
 def _read_tail(path, max_bytes):
-    """(data, size): the file's bytes, or its last max_bytes when it is larger (a log's end holds the failure)."""
-    with open(path, "rb") as handle:
+    """(data, size): the file's bytes, or its last max_bytes when it is larger (a log's end holds the failure).
+
+    Only a regular file is read: a FIFO or a device raises NotRegularFile (an OSError), never waits.
+    """
+    with _safe_read.open_regular(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > max_bytes:
             handle.seek(size - max_bytes)
