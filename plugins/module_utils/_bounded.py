@@ -9,6 +9,7 @@ keeps the pipes open (nvidia-smi's helpers, docker's plugins) cannot keep the ca
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -49,14 +50,11 @@ def run(argv, timeout=DEFAULT_TIMEOUT_SECONDS, env_update=None):
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         proc.kill()
-        try:
+        # A grandchild that left the group may still hold the pipes: give up on them after 5 s.
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.communicate(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass  # a grandchild left the group and holds the pipes: give up on them
         raise CommandTimedOut(argv, timeout) from None
     return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
