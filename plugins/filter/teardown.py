@@ -27,4 +27,7 @@ class FilterModule:
     """sparkops.vllm teardown filters."""
 
     def filters(self):
-        return {"teardown_model_removal": teardown_model_removal, "teardown_firewall_rules": teardown_firewall_rules}
+        return {
+            "teardown_model_removal": teardown_model_removal,
+            "teardown_firewall_rules": teardown_firewall_rules,
+        }

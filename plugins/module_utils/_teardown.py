@@ -17,11 +17,42 @@ from __future__ import annotations
 
 import re
 import shlex
+import itertools
 
 # Directories that are never a model's own (the contract stage refuses them too).
 SYSTEM_DIRS = frozenset(
-    "/ /bin /boot /dev /etc /home /lib /lib32 /lib64 /libx32 /media /mnt /opt /proc /root /run /sbin /srv "
-    "/sys /tmp /usr /usr/bin /usr/lib /usr/local /usr/sbin /usr/share /var /var/lib /var/tmp /snap".split()
+    [
+        "/",
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/home",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/media",
+        "/mnt",
+        "/opt",
+        "/proc",
+        "/root",
+        "/run",
+        "/sbin",
+        "/srv",
+        "/sys",
+        "/tmp",
+        "/usr",
+        "/usr/bin",
+        "/usr/lib",
+        "/usr/local",
+        "/usr/sbin",
+        "/usr/share",
+        "/var",
+        "/var/lib",
+        "/var/tmp",
+        "/snap",
+    ]
 )
 _HF_SNAPSHOT = re.compile(r"^(?P<cache>.*/models--[^/]+)/snapshots/[^/]+/?$")
 
@@ -67,7 +98,7 @@ def iptables_rules(lines, comment):
         if not line.startswith("-A "):
             continue
         words = shlex.split(line)
-        if any(a == "--comment" and b == comment for a, b in zip(words, words[1:], strict=False)):
+        if any(a == "--comment" and b == comment for a, b in itertools.pairwise(words)):
             found.append(["-D", *words[1:]])
     return found
 

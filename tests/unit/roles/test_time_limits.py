@@ -59,7 +59,11 @@ PROBE_TASKS, WAIT_TASKS = _collect()
 
 def test_the_scan_finds_the_probes():
     names = " ".join(name for name, _, _ in PROBE_TASKS)
-    for expected in ("vllm_serve/tasks/ready.yml", "roce_network/handlers/main.yml", "teardown/tasks/main.yml"):
+    for expected in (
+        "vllm_serve/tasks/ready.yml",
+        "roce_network/handlers/main.yml",
+        "teardown/tasks/main.yml",
+    ):
         assert expected in names
 
 
