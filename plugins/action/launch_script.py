@@ -28,7 +28,6 @@ ARGUMENT_SPEC = {
     "kv_cache_dtype": {"type": "str"},
     "max_num_seqs": {"type": "int"},
     "extra_args": {"type": "list", "elements": "str", "default": []},
-    "api_key_env": {"type": "str"},
     "cluster": {"type": "str", "required": True},
     "unit": {"type": "str", "required": True},
     "force": {"type": "bool", "default": False},
@@ -78,7 +77,6 @@ class ActionModule(ActionBase):
                 kv_cache_dtype=args["kv_cache_dtype"],
                 max_num_seqs=args["max_num_seqs"],
                 extra_args=args["extra_args"],
-                api_key_env=args["api_key_env"],
             )
         except launch.LaunchScriptError as exc:
             raise AnsibleActionFail(f"launch_script: {exc}") from exc
@@ -92,12 +90,7 @@ class ActionModule(ActionBase):
 
         template_vars = dict(task_vars)
         template_vars.update(
-            {
-                "launch_script_cluster": args["cluster"],
-                "launch_script_unit": args["unit"],
-                "launch_script_notes": notes,
-                "launch_script_command": launch.render_command(argv),
-            }
+            launch.template_vars(cluster=args["cluster"], unit=args["unit"], notes=notes, argv=argv)
         )
         template_args = {
             "src": os.path.realpath(TEMPLATE),

@@ -42,6 +42,24 @@ class NvidiaSmiFailed(Exception):
         self.cmd, self.rc, self.stdout, self.stderr = cmd, rc, stdout, stderr
 
 
+class NvidiaSmiUnreadable(NvidiaSmiFailed):
+    """nvidia-smi answered, but with lines that cannot be read: fail closed (they may be consumers)."""
+
+    def __init__(self, unreadable, cmd, stdout):
+        self.unreadable = list(unreadable)
+        shown = "; ".join(self.unreadable[:5]) + (
+            f" (and {len(self.unreadable) - 5} more)" if len(self.unreadable) > 5 else ""
+        )
+        super().__init__(
+            f"nvidia-smi printed output this check cannot read, so it cannot say which processes hold the GPU: "
+            f"{shown}.",
+            cmd,
+            0,
+            stdout,
+            "",
+        )
+
+
 class NvmlUnavailable(Exception):
     """``backend=nvml`` was asked for but nvidia-ml-py is not importable."""
 
@@ -131,8 +149,9 @@ def collect_cli(run, nvidia_smi):
         gpu_text = _run_smi(run, [nvidia_smi, *GPU_QUERY_ARGS])
     except NvidiaSmiFailed as exc:
         warnings.append(f"nvidia-smi --query-gpu failed ({exc}); reading the table instead")
-    gpus, parse_warnings = parse_query_gpu(gpu_text or "")
-    warnings.extend(parse_warnings)
+    gpus, unreadable = parse_query_gpu(gpu_text or "")
+    if unreadable:
+        raise NvidiaSmiUnreadable(unreadable, [nvidia_smi, *GPU_QUERY_ARGS], gpu_text)
 
     table, table_error = _table(run, nvidia_smi)
     if table_error is not None:
@@ -144,13 +163,27 @@ def collect_cli(run, nvidia_smi):
             raise DriverError("no_devices", "nvidia-smi listed no GPU in its query or its table")
         gpus = _gpus_from_table(run, nvidia_smi, table)
 
+    if table is not None and table["unreadable"]:
+        raise NvidiaSmiUnreadable(table["unreadable"], [nvidia_smi], "")
+
     apps_text = ""
     try:
         apps_text = _run_smi(run, [nvidia_smi, *APPS_QUERY_ARGS])
     except NvidiaSmiFailed as exc:
+        if table is None:
+            # Neither the query nor the table lists the processes: "no consumers" would be a guess.
+            raise NvidiaSmiFailed(
+                f"nvidia-smi listed the processes neither in --query-compute-apps ({exc}) nor in its table "
+                f"({table_error})",
+                exc.cmd,
+                exc.rc,
+                exc.stdout,
+                exc.stderr,
+            ) from exc
         warnings.append(f"nvidia-smi --query-compute-apps failed ({exc}); using the table's process list")
-    consumers, parse_warnings = parse_query_compute_apps(apps_text)
-    warnings.extend(parse_warnings)
+    consumers, unreadable = parse_query_compute_apps(apps_text)
+    if unreadable:
+        raise NvidiaSmiUnreadable(unreadable, [nvidia_smi, *APPS_QUERY_ARGS], apps_text)
     uuid_by_index = {gpu["index"]: gpu["uuid"] for gpu in gpus}
     index_by_uuid = {gpu["uuid"]: gpu["index"] for gpu in gpus}
     for consumer in consumers:

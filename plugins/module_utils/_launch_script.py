@@ -5,12 +5,23 @@
 The flags that feed the memory plan (PLAN_FLAGS) come from the plan, never from
 free-form extra arguments: an operator changes them through the sparkops_*
 settings (or the serve stage's overrides), so that every change is planned,
-and a change that does not fit fails with the plan's explanation. Secrets are
-never on the command line: the API key is read from the environment file.
+and a change that does not fit fails with the plan's explanation.
+
+Every value reaches bash single-quoted (shlex.quote): nothing in a setting is
+expanded, substituted or split by the shell, so a served model name shaped like
+``${a:-$(cmd)}`` arrives at vLLM as those characters and runs nothing.
+
+The API key is on no command line at all: vLLM reads ``VLLM_API_KEY`` from its
+environment when ``--api-key`` is not given (vllm/envs.py, "API key for vLLM API
+server"; vllm/entrypoints/openai/api_server.py build_app: ``args.api_key or
+[envs.VLLM_API_KEY]``, vLLM 0.1x), and the serve container gets it from the
+unit's 0600 environment file. With ``--api-key`` absent its default (None) is
+kept, so vLLM's ``non-default args`` startup line does not carry it either.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 
 # vLLM flags whose value changes the memory plan, and the setting that feeds each.
@@ -32,7 +43,7 @@ OWN_FLAGS = {
     "--port": "vllm_serve_port",
     "--served-model-name": "sparkops_served_model_name",
     "--distributed-executor-backend": "the Ray cluster (always ray)",
-    "--api-key": "sparkops_api_key (read from the 0600 environment file as VLLM_API_KEY)",
+    "--api-key": "sparkops_api_key (vLLM reads it as VLLM_API_KEY from the 0600 environment file)",
 }
 
 
@@ -76,7 +87,6 @@ def serve_argv(
     kv_cache_dtype=None,
     max_num_seqs=None,
     extra_args=None,
-    api_key_env=None,
 ):
     """The argv after `vllm` in the launch script, in a stable order (so diffs are small)."""
     check_extra_args(extra_args)
@@ -112,20 +122,22 @@ def serve_argv(
     if max_num_seqs:
         argv += ["--max-num-seqs", str(int(max_num_seqs))]
     argv += [str(arg) for arg in extra_args or []]
-    if api_key_env:
-        # Expanded by the shell at run time from the 0600 environment file.
-        argv += ["--api-key", f"${{{api_key_env}}}"]
+    bad = [arg for arg in argv if "\x00" in arg]
+    if bad:
+        raise LaunchScriptError(
+            f"{bad[0]!r} holds a NUL character, which no command line can carry: remove it from the setting"
+        )
     return argv
 
 
 def render_command(argv):
-    """Shell text for `exec vllm <argv>`, one flag per line; ${VAR} stays expandable."""
-    parts = []
-    for arg in argv:
-        if arg.startswith("${") and arg.endswith("}"):
-            parts.append(f'"{arg}"')
-        else:
-            parts.append(shlex.quote(arg))
+    """Shell text for `exec vllm <argv>`, one flag per line, every value literal.
+
+    Each argument is shlex.quote'd: single quotes, in which bash expands nothing
+    (no $, backquote, glob or word splitting); a single quote inside a value is
+    written as '"'"'. There is no path that leaves an argument expandable.
+    """
+    parts = [shlex.quote(str(arg)) for arg in argv]
     lines = ["exec vllm " + " ".join(parts[:2])]
     index = 2
     while index < len(parts):
@@ -137,3 +149,21 @@ def render_command(argv):
             lines.append(flag)
             index += 1
     return " \\\n  ".join(lines)
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def comment_text(value):
+    """``value`` as text that stays inside one ``#`` comment line: control characters are escaped."""
+    return _CONTROL.sub(lambda match: f"\\x{ord(match.group()):02x}", str(value))
+
+
+def template_vars(*, cluster, unit, notes, argv):
+    """The variables of templates/vllm-launch.sh.j2: the header's values stay comments, the command is quoted."""
+    return {
+        "launch_script_cluster": comment_text(cluster),
+        "launch_script_unit": comment_text(unit),
+        "launch_script_notes": [comment_text(note) for note in notes],
+        "launch_script_command": render_command(argv),
+    }

@@ -275,10 +275,11 @@ def parse_table(text):
 
     Layouts differ by driver branch (the PID column widened in 570; 610 prints
     ``KMD Version`` and ``CUDA UMD Version``), so rows are read by their tokens, not by
-    column offsets. A line that cannot be read becomes a warning.
+    column offsets. A process line that cannot be read goes to ``unreadable`` (the caller fails closed:
+    it may be a consumer); other oddities (a GPU's ERR!, a memory cell) become warnings.
     """
     result = {"smi_version": None, "driver_version": None, "cuda_version": None}
-    gpus, processes, warnings = [], [], []
+    gpus, processes, warnings, unreadable = [], [], [], []
     lines = text.splitlines()
     header = _HEADER_VERSIONS.search(text)
     if header:
@@ -327,7 +328,7 @@ def parse_table(text):
                 continue
             match = _PROCESS_ROW.match(stripped)
             if not match:
-                warnings.append(f"nvidia-smi process line not understood: {stripped!r}")
+                unreadable.append(f"nvidia-smi process line not understood: {stripped!r}")
                 continue
             name = match.group("name").strip()
             try:
@@ -345,7 +346,7 @@ def parse_table(text):
                     "used_memory_mib": used,
                 }
             )
-    result.update(gpus=gpus, processes=processes, warnings=warnings)
+    result.update(gpus=gpus, processes=processes, warnings=warnings, unreadable=unreadable)
     return result
 
 

@@ -23,33 +23,12 @@ import subprocess
 import tarfile
 import time
 
-REDACTED = "[REDACTED]"
-# Shorter values would redact ordinary words; a real key or token is longer.
-MIN_SECRET_LENGTH = 6
-_PATTERNS = (
-    # --api-key X, --api-key=X, --hf-token X (vLLM and huggingface-cli flags)
-    re.compile(r"(?P<keep>--(?:api-key|hf-token|token)(?:=|\s+))(?P<secret>[^\s\"']+)"),
-    # HF_TOKEN=..., VLLM_API_KEY: ..., "HUGGING_FACE_HUB_TOKEN": "..." (env files, docker inspect, JSON)
-    re.compile(
-        r"(?P<keep>\b[A-Z0-9_]*(?:TOKEN|API_KEY|SECRET|PASSWORD)[A-Z0-9_]*[\"']?\s*[=:]\s*[\"']?)"
-        r"(?P<secret>[^\s\"',}]+)"
-    ),
-    # Authorization: Bearer X (curl -v, HTTP logs), any case
-    re.compile(r"(?P<keep>(?i:authorization)[\"']?\s*[:=]\s*[\"']?(?i:bearer)\s+)(?P<secret>[^\s\"',}]+)"),
-    # A Hugging Face token on its own
-    re.compile(r"(?P<keep>)(?P<secret>\bhf_[A-Za-z0-9]{20,}\b)"),
-)
+from ansible_collections.sparkops.vllm.plugins.module_utils import _redact, _safe_read
 
-
-def redact(text, secrets=()):
-    """Replace every secret value, and every value the patterns recognise, with [REDACTED]."""
-    for value in sorted(
-        {str(s) for s in secrets or () if s and len(str(s)) >= MIN_SECRET_LENGTH}, key=len, reverse=True
-    ):
-        text = text.replace(value, REDACTED)
-    for pattern in _PATTERNS:
-        text = pattern.sub(lambda m: m.group("keep") + REDACTED, text)
-    return text
+# One redaction for the bundle and the CLI (module_utils/_redact.py).
+REDACTED = _redact.REDACTED
+MIN_SECRET_LENGTH = _redact.MIN_SECRET_LENGTH
+redact = _redact.redact
 
 
 # -- on the node ---------------------------------------------------------------
@@ -155,8 +134,11 @@ def _entry(name, source, content, truncated):
 
 
 def _read_tail(path, max_bytes):
-    """(data, size): the file's bytes, or its last max_bytes when it is larger (a log's end holds the failure)."""
-    with open(path, "rb") as handle:
+    """(data, size): the file's bytes, or its last max_bytes when it is larger (a log's end holds the failure).
+
+    Only a regular file is read: a FIFO or a device raises NotRegularFile (an OSError), never waits.
+    """
+    with _safe_read.open_regular(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > max_bytes:
             handle.seek(size - max_bytes)

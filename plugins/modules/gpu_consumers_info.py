@@ -12,6 +12,10 @@ description:
   - Works on GB10 (DGX Spark) unified-memory GPUs, which report no framebuffer size;
     their memory values are null and O(gpus[].unified_memory) is true.
   - Fails with RV(driver_error) when the NVIDIA driver is missing or broken.
+  - Fails closed. Output of nvidia-smi that cannot be read (a process or GPU line it does not understand) fails
+    the module with the lines it could not read, never reports "no consumers".
+  - Every command (nvidia-smi, docker inspect) has a time limit, O(timeout); one that does not answer in time is
+    killed and fails the module with the command and the bound.
   - Read-only; never changes the node.
 author:
   - sparkops.vllm contributors
@@ -40,6 +44,11 @@ options:
       - When false, or when Docker does not know the container, only its ID is returned.
     type: bool
     default: true
+  timeout:
+    description:
+      - Seconds each command (nvidia-smi, docker inspect) may take before it is killed and the module fails.
+    type: int
+    default: 30
 extends_documentation_fragment:
   - sparkops.vllm.attributes.info
 requirements:
@@ -159,6 +168,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkops.vllm.plugins.module_utils import _bounded
 from ansible_collections.sparkops.vllm.plugins.module_utils._containers import (
     DockerLookup,
     docker_client_factory,
@@ -179,14 +189,19 @@ def main():
             "nvidia_smi_path": {"type": "path"},
             "proc_root": {"type": "path", "default": "/proc"},
             "docker_lookup": {"type": "bool", "default": True},
+            "timeout": {"type": "int", "default": _bounded.DEFAULT_TIMEOUT_SECONDS},
         },
         supports_check_mode=True,
     )
     params = module.params
+    if params["timeout"] < 1:
+        module.fail_json(
+            msg=f"timeout is {params['timeout']}: give the seconds each command may take (1 or more)"
+        )
     env = {"LC_ALL": "C", "LANG": "C"}
 
     def run(argv):
-        return module.run_command(argv, environ_update=env)
+        return _bounded.run(argv, timeout=params["timeout"], env_update=env)
 
     nvidia_smi = params["nvidia_smi_path"] or module.get_bin_path("nvidia-smi")
     if params["nvidia_smi_path"] and not os.access(nvidia_smi, os.X_OK):
@@ -212,6 +227,8 @@ def main():
         module.fail_json(msg=exc.summary(), driver_error=exc.as_dict(), **exc.details)
     except NvmlUnavailable as exc:
         module.fail_json(msg=str(exc))
+    except _bounded.CommandTimedOut as exc:
+        module.fail_json(msg=str(exc), cmd=exc.cmd, timeout=exc.seconds)
     except NvidiaSmiFailed as exc:
         module.fail_json(
             msg=f"{exc} Check that nvidia-smi works on this node.",

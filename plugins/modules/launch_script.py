@@ -15,8 +15,9 @@ description:
     names the setting to change, so every change is planned.
   - Fails when the plan does not fit, with the plan's reasons, unless O(force=true), which starts anyway with a
     warning.
-  - The API key is never written into the script. With O(api_key_env) the script passes C(--api-key "${VAR}"),
-    expanded at run time from the unit's 0600 environment file.
+  - Every value reaches bash single-quoted, so nothing in a setting is expanded or run by the shell.
+  - The API key is neither in the script nor on vLLM's command line; vLLM reads C(VLLM_API_KEY) from the
+    serve container's environment (the unit's 0600 environment file).
   - An action plugin. It builds the command on the controller and writes the file with C(ansible.builtin.template),
     so check mode and C(--diff) work as they do there, and an identical script changes nothing.
 author:
@@ -72,9 +73,6 @@ options:
     type: list
     elements: str
     default: []
-  api_key_env:
-    description: Name of the environment variable holding the API key; omit for no key.
-    type: str
   cluster:
     description: The cluster's name, for the script's header.
     type: str
@@ -119,7 +117,6 @@ EXAMPLES = r"""
     served_model_name: qwen3.5-122b
     tensor_parallel_size: 2
     max_model_len: 32768
-    api_key_env: VLLM_API_KEY
     cluster: spark-vllm
     unit: sparkops-spark-vllm-vllm.service
 """

@@ -72,6 +72,7 @@ memory:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkops.vllm.plugins.module_utils import _safe_read
 from ansible_collections.sparkops.vllm.plugins.module_utils._meminfo import MeminfoError, memory_from_meminfo
 
 
@@ -82,10 +83,12 @@ def main():
     )
     path = module.params["meminfo_path"]
     try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
+        # A FIFO or a device is refused, never waited on; a meminfo file is a few KiB.
+        text = _safe_read.read_text(path, max_bytes=1024 * 1024)
     except OSError as exc:
-        module.fail_json(msg=f"Cannot read {path}: {exc}. Point meminfo_path at a readable meminfo file.")
+        module.fail_json(
+            msg=f"Cannot read {path}: {exc.strerror or exc}. Point meminfo_path at a readable meminfo file."
+        )
     try:
         memory, warnings = memory_from_meminfo(text)
     except MeminfoError as exc:

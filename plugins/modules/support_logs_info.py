@@ -15,8 +15,10 @@ description:
   - A source that cannot be read is returned in RV(notes) and never fails the module; for example C(dmesg) is
     refused in an unprivileged container (then C(journalctl --dmesg) is tried), a unit that never ran on the
     node has no journal, and Ray's log directory is absent where Ray has not run.
-  - Secrets are not removed here; M(sparkops.vllm.support_bundle) redacts every file before it is written on the
-    controller.
+  - Every file is redacted on the node, before it is returned, so before Ansible registers, logs or records it.
+    Redacted are the values of O(secrets) and every secret form that C(plugins/module_utils/_redact.py)
+    recognises (env, JSON and Python-repr forms of secret-named keys, URL credentials, bearer headers,
+    Hugging Face tokens). M(sparkops.vllm.support_bundle) redacts again before it writes on the controller.
 author:
   - sparkops.vllm contributors
 options:
@@ -81,6 +83,13 @@ options:
         (C(docker logs --since)) and leaves out files under O(log_dirs) last written before it.
     type: str
     default: ""
+  secrets:
+    description:
+      - Secret values (the API key, the Hugging Face token) replaced by C([REDACTED]) wherever they appear, in any
+        case. Values shorter than 6 characters are ignored. Never logged.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - sparkops.vllm.attributes.info
 notes:
@@ -165,6 +174,7 @@ def main():
             "max_bytes": {"type": "int", "default": 1048576},
             "max_files": {"type": "int", "default": 200},
             "since": {"type": "str", "default": ""},
+            "secrets": {"type": "list", "elements": "str", "default": [], "no_log": True},
         },
         supports_check_mode=True,
     )
@@ -195,6 +205,15 @@ def main():
         more, more_notes = support.collect_kernel(params["kernel_pattern"], params["max_lines"])
         files += more
         notes += more_notes
+    secrets = params["secrets"]
+    for item in files:
+        item["content"] = support.redact(str(item.get("content") or ""), secrets)
+    notes = [
+        {key: support.redact(str(value), secrets) for key, value in note.items()}
+        if isinstance(note, dict)
+        else support.redact(str(note), secrets)
+        for note in notes
+    ]
     module.exit_json(changed=False, files=files, units=units, notes=notes)
 
 

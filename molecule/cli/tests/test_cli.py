@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import yaml
@@ -162,3 +163,49 @@ def test_an_unreachable_worker_exits_3(tmp_path):
     doc = json.loads(run.stdout)
     assert (doc["outcome"], doc["exit_code"]) == ("unreachable", 3)
     assert WORKER in {problem["host"] for problem in doc["problems"] if problem["kind"] == "unreachable"}
+
+
+def _files_holding(root: Path, secret: str) -> list[str]:
+    """Every file under root (and every member of a .tar.gz there) whose text holds secret, in any case."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if not path.is_file():
+            continue
+        if path.name.endswith(".tar.gz"):
+            with tarfile.open(path) as bundle:
+                for member in bundle.getmembers():
+                    data = bundle.extractfile(member) if member.isfile() else None
+                    if data is not None and secret.lower() in data.read().decode(errors="replace").lower():
+                        found.append(f"{path}:{member.name}")
+        elif secret.lower() in path.read_text(errors="replace").lower():
+            found.append(str(path))
+    return found
+
+
+def test_the_lab_api_key_is_in_no_artifact_bundle_or_verbose_output():
+    """The lab's real key (.lab/api_key): not in a CLI run's artifacts, its support bundle, or -vvv output."""
+    key_file = Path(os.environ.get("SPARKOPS_LAB_DIR") or PROJECT / ".lab") / "api_key"
+    key = key_file.read_text().strip()
+    assert len(key) >= 16, f"{key_file} holds no lab key"
+    # A CLI run that collects every journal and container log and packs the support bundle.
+    diagnosed = sparkops("diagnose")
+    artifacts = artifacts_of(diagnosed)
+    bundles = list(artifacts.rglob("*.tar.gz"))
+    assert bundles, "diagnose packed no support bundle into its artifacts\n" + explain(diagnosed)
+    assert _files_holding(artifacts, key) == []
+    # The same runbooks with -vvv, straight through ansible-playbook: every task's arguments and results.
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env.setdefault("SPARKOPS_LAB_DIR", str(PROJECT / ".lab"))
+    playbook = Path(sys.executable).parent / "ansible-playbook"
+    for book in ("playbooks/status.yml", "playbooks/diagnose.yml"):
+        run = subprocess.run(
+            [str(playbook), "-vvv", "-i", str(HOSTS), book],
+            cwd=PROJECT,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert "PLAY RECAP" in run.stdout, explain(run)
+        output = (run.stdout + run.stderr).lower()
+        assert key.lower() not in output, f"{book} -vvv printed the lab's API key"

@@ -35,9 +35,12 @@ def test_cuda_graphs_off_adds_enforce_eager_once():
     assert launch.serve_argv(**plan, cuda_graphs=False).count("--enforce-eager") == 1
 
 
-def test_api_key_is_an_environment_reference_never_the_key():
-    argv = launch.serve_argv(**BASE, api_key_env="VLLM_API_KEY")
-    assert argv[-2:] == ["--api-key", "${VLLM_API_KEY}"]
+def test_the_api_key_is_on_no_command_line():
+    # vLLM reads VLLM_API_KEY from its environment (vllm/envs.py); the argv never carries it.
+    argv = launch.serve_argv(**BASE)
+    assert "--api-key" not in argv
+    assert not any("API_KEY" in arg for arg in argv)
+    assert "api_key_env" not in launch.serve_argv.__code__.co_varnames
 
 
 @pytest.mark.parametrize(
@@ -67,7 +70,7 @@ def test_a_plan_without_utilization_is_refused():
 
 
 def test_rendered_command_is_valid_shell_with_the_same_argv(tmp_path):
-    argv = launch.serve_argv(**BASE, extra_args=["--generation-config", "a b"], api_key_env="VLLM_API_KEY")
+    argv = launch.serve_argv(**BASE, extra_args=["--generation-config", "a b"])
     text = launch.render_command(argv)
     script = tmp_path / "launch.sh"
     # A stand-in `vllm` that prints its arguments one per line.
@@ -81,9 +84,13 @@ def test_rendered_command_is_valid_shell_with_the_same_argv(tmp_path):
         text=True,
         check=True,
     ).stdout.splitlines()
-    assert out == [*argv[:-1], "s3cret"]
-    assert "s3cret" not in text
+    assert out == argv
     assert shlex.quote("a b") in text
+
+
+def test_a_nul_in_a_value_is_refused():
+    with pytest.raises(launch.LaunchScriptError, match="NUL"):
+        launch.serve_argv(**{**BASE, "served_model_name": "a\x00b"})
 
 
 def test_max_model_len_from_the_plan_is_not_repeated():

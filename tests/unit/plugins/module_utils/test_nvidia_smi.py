@@ -377,11 +377,13 @@ def test_table_empty_panel():
     assert table["warnings"] == []
 
 
-def test_table_garbled_line_is_a_warning():
+def test_table_garbled_process_line_is_unreadable_not_a_warning():
+    # The caller fails closed on it (a line it cannot read may be a consumer).
     table = parse_table(own("table_garbled_process_line.txt"))
     assert _procs(table) == [(0, 4174, "G", "/usr/lib/xorg/Xorg", 84)]
-    assert len(table["warnings"]) == 1
-    assert "garbage here" in table["warnings"][0]
+    assert table["warnings"] == []
+    assert len(table["unreadable"]) == 1
+    assert "garbage here" in table["unreadable"][0]
 
 
 def test_table_without_header_is_an_error():

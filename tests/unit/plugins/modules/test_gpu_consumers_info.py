@@ -10,7 +10,7 @@ import shutil
 import subprocess
 
 import pytest
-from ansible.module_utils import basic
+from ansible_collections.sparkops.vllm.plugins.module_utils import _bounded
 from ansible_collections.sparkops.vllm.plugins.modules import gpu_consumers_info
 from conftest import ROOT
 from test_meminfo_module import run_module
@@ -79,20 +79,21 @@ def test_auto_without_nvml_uses_the_cli_in_check_mode(monkeypatch, lab_state):
     assert result["consumers"] == []
 
 
-def test_commands_run_as_argv_with_lc_all_c(monkeypatch, lab_state):
+def test_commands_run_as_argv_with_lc_all_c_and_a_time_limit(monkeypatch, lab_state):
     lab_state()
     seen = []
-    original = basic.AnsibleModule.run_command
+    original = _bounded.run
 
-    def spy(module, args, **kwargs):
-        seen.append((args, kwargs.get("environ_update")))
-        return original(module, args, **kwargs)
+    def spy(argv, timeout, env_update=None):
+        seen.append((argv, env_update, timeout))
+        return original(argv, timeout=timeout, env_update=env_update)
 
-    monkeypatch.setattr(basic.AnsibleModule, "run_command", spy)
+    monkeypatch.setattr(_bounded, "run", spy)
     run_gpu_module(
-        monkeypatch, {"backend": "nvidia_smi", "nvidia_smi_path": SIMULATOR, "docker_lookup": False}
+        monkeypatch,
+        {"backend": "nvidia_smi", "nvidia_smi_path": SIMULATOR, "docker_lookup": False, "timeout": 7},
     )
-    assert [args[1:] for args, _ in seen] == [
+    assert [args[1:] for args, _, _ in seen] == [
         [
             "--query-gpu=index,uuid,name,driver_version,memory.total,memory.used",
             "--format=csv,noheader,nounits",
@@ -100,7 +101,71 @@ def test_commands_run_as_argv_with_lc_all_c(monkeypatch, lab_state):
         [],
         ["--query-compute-apps=pid,process_name,used_memory,gpu_uuid", "--format=csv,noheader,nounits"],
     ]
-    assert all(isinstance(args, list) and env["LC_ALL"] == "C" for args, env in seen)
+    assert all(isinstance(args, list) and env["LC_ALL"] == "C" and bound == 7 for args, env, bound in seen)
+
+
+def _fake_smi(tmp_path, body):
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/bash\n" + body)
+    smi.chmod(0o755)
+    return str(smi)
+
+
+def test_a_hung_nvidia_smi_fails_with_the_command_and_the_bound(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_consumers_info, "load_pynvml", lambda: None)
+    smi = _fake_smi(tmp_path, "exec sleep 600\n")
+    result = run_gpu_module(
+        monkeypatch, {"nvidia_smi_path": smi, "docker_lookup": False, "timeout": 1}, expect="fail_json"
+    )
+    assert "did not answer within 1 s" in result["msg"]
+    assert result["cmd"][0] == smi and result["timeout"] == 1
+
+
+GPU_LINE = "0, GPU-5c1e3d0a-1b2c-4d5e-8f90-0123456789ab, NVIDIA GB10, 580.95.05, [N/A], [N/A]"
+
+
+@pytest.mark.parametrize(
+    ("apps", "unreadable"),
+    [
+        ("Segmentation fault (core dumped)", "Segmentation fault"),
+        ("114687; python3; 12; GPU-x", "114687; python3"),
+        ("notapid, python3, 12, GPU-5c1e3d0a-1b2c-4d5e-8f90-0123456789ab", "notapid"),
+        ("\x00\x01\x02", "cells"),
+    ],
+)
+def test_unreadable_output_fails_closed_with_what_could_not_be_read(monkeypatch, tmp_path, apps, unreadable):
+    monkeypatch.setattr(gpu_consumers_info, "load_pynvml", lambda: None)
+    table = (
+        ROOT / "tests" / "fixtures" / "real" / "01_gb10_nvidia-smi_table_processes_obrienlabs.txt"
+    ).read_text()
+    (tmp_path / "table.txt").write_text(table)
+    (tmp_path / "apps.txt").write_text(apps + "\n")
+    smi = _fake_smi(
+        tmp_path,
+        f'case "$1" in --query-gpu*) echo "{GPU_LINE}";; --query-compute-apps*) cat {tmp_path}/apps.txt;; '
+        f"*) cat {tmp_path}/table.txt;; esac\n",
+    )
+    result = run_gpu_module(
+        monkeypatch,
+        {"backend": "nvidia_smi", "nvidia_smi_path": smi, "docker_lookup": False},
+        expect="fail_json",
+    )
+    assert "cannot read" in result["msg"] and unreadable in result["msg"]
+    assert "consumers" not in result
+
+
+def test_no_process_list_at_all_fails_closed(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_consumers_info, "load_pynvml", lambda: None)
+    smi = _fake_smi(
+        tmp_path,
+        f'case "$1" in --query-gpu*) echo "{GPU_LINE}";; *) echo "unknown error" >&2; exit 3;; esac\n',
+    )
+    result = run_gpu_module(
+        monkeypatch,
+        {"backend": "nvidia_smi", "nvidia_smi_path": smi, "docker_lookup": False},
+        expect="fail_json",
+    )
+    assert "neither in --query-compute-apps" in result["msg"]
 
 
 @pytest.mark.parametrize(

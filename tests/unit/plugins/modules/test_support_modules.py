@@ -61,6 +61,34 @@ def test_logs_info_reads_files_and_dirs_and_notes_what_is_missing(monkeypatch, t
     ]
 
 
+def test_logs_info_redacts_on_the_node_before_returning(monkeypatch, tmp_path):
+    # Filtered before it is registered: the result holds no secret, by value or by form.
+    def fake_run(argv, timeout=120):
+        if argv[0] == "systemctl":
+            return (
+                0,
+                "LoadState=loaded\nActiveState=active\nSubState=running\nResult=success\nNRestarts=0\n",
+                "",
+            )
+        return 0, f"non-default args: {{'api_key': ['{KEY}']}}\nkey again {KEY.lower()}\nHF_TOKEN=hf_x\n", ""
+
+    monkeypatch.setattr(support, "_run", fake_run)
+    (tmp_path / "serve-secrets.env").write_text(f"VLLM_API_KEY={KEY}\n")
+    result = run_module(
+        monkeypatch,
+        {
+            "units": ["sparkops-lab-vllm.service"],
+            "files": [str(tmp_path / "serve-secrets.env")],
+            "secrets": [KEY],
+        },
+        main=support_logs_info.main,
+    )
+    text = repr(result)
+    assert KEY not in text and KEY.lower() not in text
+    assert "HF_TOKEN=[REDACTED]" in text
+    assert "'api_key': [[REDACTED]]" in text
+
+
 def test_bundle_module_stages_then_packs(monkeypatch, tmp_path):
     staging = str(tmp_path / "support" / ".staging")
     staged = run_module(
