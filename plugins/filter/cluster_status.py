@@ -1,15 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: sparkops.vllm contributors
-"""Filters of status.yml: the image a Ray unit runs, the cluster's report and its table."""
+"""Filters of status.yml: the cluster's report and its table."""
 
 from __future__ import annotations
 
 from ansible_collections.sparkops.vllm.plugins.module_utils import _cluster_status as status
-
-
-def cluster_status_unit_image(unit_text):
-    """The image named in a Ray unit's ExecStart (``systemctl cat`` output), or None."""
-    return status.unit_image(unit_text)
 
 
 def cluster_status_report(hosts, hostvars, cluster, settings):
@@ -35,7 +30,6 @@ class FilterModule:
 
     def filters(self):
         return {
-            "cluster_status_unit_image": cluster_status_unit_image,
             "cluster_status_report": cluster_status_report,
             "cluster_status_table": cluster_status_table,
         }

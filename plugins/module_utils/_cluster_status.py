@@ -11,14 +11,12 @@ Every problem names the host, the value found, what was expected and the fix.
 from __future__ import annotations
 
 import json
-import re
-import shlex
 from collections.abc import Mapping
 from typing import Any
 
-GIB = 1024**3
-_UTILIZATION = re.compile(r"--gpu-memory-utilization[ =]([0-9.]+)")
+from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record as deployed_record
 
+GIB = 1024**3
 
 # -- parsers of what the nodes printed ----------------------------------------
 
@@ -48,29 +46,6 @@ def parse_systemctl_show(text: str) -> dict[str, str]:
         if sep:
             values[key.strip()] = value.strip()
     return values
-
-
-def unit_image(unit_text: str) -> str | None:
-    """The image a Ray unit runs: the word before ``ray start`` in its ExecStart (``systemctl cat`` output)."""
-    joined = re.sub(r"\\\n", " ", unit_text or "")
-    for raw_line in joined.splitlines():
-        line = raw_line.strip()
-        if not line.startswith("ExecStart="):
-            continue
-        try:
-            words = shlex.split(line[len("ExecStart=") :])
-        except ValueError:
-            continue
-        for index in range(1, len(words) - 1):
-            if (words[index], words[index + 1]) == ("ray", "start"):
-                return words[index - 1]
-    return None
-
-
-def deployed_utilization(launch_script: str) -> float | None:
-    """The ``--gpu-memory-utilization`` of the deployed launch script, or None."""
-    found = _UTILIZATION.findall(launch_script or "")
-    return float(found[0]) if found else None
 
 
 def parse_ray_nodes(text: str) -> list[dict[str, Any]] | None:
@@ -297,7 +272,9 @@ def _image(node: dict, raw: Mapping[str, Any], ctx: Mapping[str, Any], problems:
     expected = ctx.get("expected_image_id") or None
     node["image_id_expected"] = expected
     if not node["image"]:
-        problems.append(f"{host}: no image found in {node.get('ray_unit')}. Fix: run deploy.yml.")
+        problems.append(
+            f"{host}: no image in the node's deployed record (deployed.json). Fix: run deploy.yml."
+        )
         return
     if not node["image_id"]:
         problems.append(
@@ -442,11 +419,13 @@ def context(
     raw_nodes: list[Mapping[str, Any]], raw_cluster: Mapping[str, Any], settings: Mapping[str, Any]
 ) -> dict:
     """What every node is compared with: the plan's utilization, Ray's nodes, the expected image ID."""
-    utilization = deployed_utilization(raw_cluster.get("launch_script") or "")
-    source = "the deployed launch script"
+    utilization = deployed_record.serve_utilization(
+        deployed_record.load(raw_cluster.get("deployed_record") or "")
+    )
+    source = "the deployed record"
     if utilization is None and settings.get("gpu_memory_utilization") not in (None, ""):
         utilization = float(settings["gpu_memory_utilization"])
-        source = "sparkops_gpu_memory_utilization (no launch script is deployed)"
+        source = "sparkops_gpu_memory_utilization (serve is not deployed)"
     ray = raw_cluster.get("ray_nodes") or {}
     ray_nodes = parse_ray_nodes(ray.get("stdout") or "") if ray.get("rc") == 0 else None
     head_ids = [

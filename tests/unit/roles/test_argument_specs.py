@@ -2,8 +2,15 @@
 
 A default that is a template (``{{ ... }}``) is documented in the option's description
 instead of a ``default`` the spec validator would try to render.
+
+Every task file another role or a playbook calls is a declared entry point
+(prometheus-community's ``_common`` role): the caller names it as the spec does
+(``tasks_from: report``, so Ansible validates the entry point's inputs), passes
+only declared inputs, and never registers or sets a variable of the callee's
+private names (``_<role>_*``, ``__<role>_*``).
 """
 
+import re
 from pathlib import Path
 
 import pytest
@@ -18,11 +25,18 @@ def _load(path):
     return yaml.safe_load(path.read_text()) or {}
 
 
+def _specs(role):
+    return _load(ROOT / "roles" / role / "meta" / "argument_specs.yml")["argument_specs"]
+
+
 def _options(role):
-    specs = _load(ROOT / "roles" / role / "meta" / "argument_specs.yml")["argument_specs"]
+    """The role's settings: every entry point's options, less the inputs only an entry point takes (no default)."""
+    defaults = _load(ROOT / "roles" / role / "defaults" / "main.yml")
     options = {}
-    for entry in specs.values():
-        options.update(entry.get("options") or {})
+    for entry in _specs(role).values():
+        for name, option in (entry.get("options") or {}).items():
+            if name in defaults or not option.get("required"):
+                options[name] = option
     return options
 
 
@@ -71,3 +85,102 @@ def test_every_setting_is_explained_in_the_sample_inventory(role):
         if f"\n{name}:" not in sample and f"\n# {name}:" not in sample
     ]
     assert not missing, f"{role}: not in inventory/sample/group_vars: {missing}"
+
+
+# -- declared entry points ------------------------------------------------------
+
+CALLERS = sorted(
+    path
+    for pattern in ("roles/*/tasks/*.yml", "playbooks/*.yml", "*.yml")
+    for path in ROOT.glob(pattern)
+    if path.name not in ("galaxy.yml", "requirements.yml")
+)
+
+
+def _tasks(node):
+    """Every task mapping in a loaded tasks file or playbook, blocks and plays included."""
+    if isinstance(node, list):
+        for item in node:
+            yield from _tasks(item)
+    elif isinstance(node, dict):
+        yield node
+        for key in ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always"):
+            yield from _tasks(node.get(key) or [])
+
+
+def _role_calls():
+    calls = []
+    for path in CALLERS:
+        for task in _tasks(yaml.safe_load(path.read_text()) or []):
+            for action in ("ansible.builtin.include_role", "ansible.builtin.import_role"):
+                if action in task and task[action].get("tasks_from"):
+                    role = task[action]["name"].split(".")[-1]
+                    calls.append((path.relative_to(ROOT).as_posix(), role, task[action]["tasks_from"], task))
+    return calls
+
+
+def test_the_entry_point_scan_finds_the_callers():
+    found = {(caller, role, entry) for caller, role, entry, _ in _role_calls()}
+    assert ("playbooks/reclaim.yml", "preflight", "verdicts") in found
+    assert ("roles/cluster_restart/tasks/main.yml", "vllm_serve", "ready") in found
+
+
+@pytest.mark.parametrize("call", _role_calls(), ids=lambda c: f"{c[0]}->{c[1]}:{c[2]}")
+def test_every_called_task_file_is_a_declared_entry_point(call):
+    caller, role, entry, _ = call
+    assert not entry.endswith(".yml"), (
+        f"{caller}: tasks_from: {entry}; name the entry point ({entry[:-4]}) so Ansible validates its inputs"
+    )
+    assert (ROOT / "roles" / role / "tasks" / f"{entry}.yml").is_file(), (
+        f"{caller}: {role} has no {entry}.yml"
+    )
+    specs = _specs(role)
+    assert entry in specs, (
+        f"{caller} calls {role}:{entry}, which roles/{role}/meta/argument_specs.yml does not declare"
+    )
+    assert specs[entry].get("short_description")
+
+
+@pytest.mark.parametrize("call", _role_calls(), ids=lambda c: f"{c[0]}->{c[1]}:{c[2]}")
+def test_callers_pass_only_declared_inputs(call):
+    caller, role, entry, task = call
+    declared = set(_specs(role)[entry].get("options") or {})
+    passed = set(task.get("vars") or {})
+    assert passed <= declared, (
+        f"{caller} passes {sorted(passed - declared)} to {role}:{entry}, which it does not declare"
+    )
+    required = {
+        name for name, opt in (_specs(role)[entry].get("options") or {}).items() if opt.get("required")
+    }
+    assert required <= passed, f"{caller} does not pass {sorted(required - passed)} to {role}:{entry}"
+
+
+def _owner(path):
+    parts = path.relative_to(ROOT).parts
+    return parts[1] if parts[0] == "roles" else None
+
+
+PRIVATE = re.compile(r"^__?(" + "|".join(sorted(ROLES, key=len, reverse=True)) + r")_")
+
+
+@pytest.mark.parametrize("path", CALLERS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_nothing_registers_or_sets_another_roles_private_variable(path):
+    owner = _owner(path)
+    wrong = []
+    for task in _tasks(yaml.safe_load(path.read_text()) or []):
+        names = [task.get("register")] if task.get("register") else []
+        names += list(
+            (task.get("ansible.builtin.set_fact") or {})
+            if isinstance(task.get("ansible.builtin.set_fact"), dict)
+            else []
+        )
+        names += (
+            list(task.get("vars") or {})
+            if any(k.endswith("include_role") or k.endswith("import_role") for k in task)
+            else []
+        )
+        for name in names:
+            match = PRIVATE.match(str(name))
+            if match and match.group(1) != owner:
+                wrong.append(f"{task.get('name')}: {name}")
+    assert not wrong, f"{path.relative_to(ROOT)} writes another role's private variables: {wrong}"

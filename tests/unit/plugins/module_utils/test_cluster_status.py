@@ -53,22 +53,17 @@ def test_systemctl_show_of_an_active_and_of_a_missing_unit():
     assert status.parse_systemctl_show(_read("show_missing.txt"))["LoadState"] == "not-found"
 
 
-@pytest.mark.parametrize("name", ["unit_ray_head.txt", "unit_ray_worker.txt"])
-def test_the_image_of_the_deployed_ray_units(name):
-    assert FILTERS["cluster_status_unit_image"](_read(name)) == "sparkops/vllm-lab:ef2343e6f453"
-
-
-@pytest.mark.parametrize(
-    "text", ["", "No files found for sparkops-lab-ray-head.service.\n", "[Service]\nExecStart=/bin/true\n"]
-)
-def test_no_image_without_a_ray_start(text):
-    assert status.unit_image(text) is None
-
-
-def test_utilization_of_the_deployed_launch_script():
-    assert status.deployed_utilization(_read("launch.sh")) == 0.55
-    assert status.deployed_utilization("exec vllm serve /m --gpu-memory-utilization=0.7") == 0.7
-    assert status.deployed_utilization("") is None
+def test_utilization_of_the_deployed_record():
+    record = json.dumps(DEPLOYED)
+    assert status.context([], {"deployed_record": record}, {})["utilization"] == 0.55
+    assert status.context([], {"deployed_record": record}, {})["utilization_source"] == "the deployed record"
+    # No record (before the first deploy, or unreadable): the inventory's value, else none.
+    for text in ("", "not json", json.dumps({"schema": 99, "sections": {}})):
+        assert status.context([], {"deployed_record": text}, {})["utilization"] is None
+        assert (
+            status.context([], {"deployed_record": text}, {"gpu_memory_utilization": 0.6})["utilization"]
+            == 0.6
+        )
 
 
 def test_ray_nodes_output():
@@ -83,6 +78,27 @@ def test_ray_nodes_output():
 # -- the report --------------------------------------------------------------
 
 IMAGE_ID = "sha256:b43cb24599799e34b8f0d20cac6d163b5943f5ba4c32886ff869061685fd420f"
+# The head's deployed record as the stages write it (docs/deployed-record.md),
+# with the utilization of the lab's launch script (fixtures/cluster_status/launch.sh).
+DEPLOYED = {
+    "schema": 1,
+    "cluster": "lab",
+    "host": "spark-1",
+    "role": "head",
+    "recorded_at": "2026-12-01T18:40:00Z",
+    "sections": {
+        "image": {
+            "ref": "sparkops/vllm-lab:ef2343e6f453",
+            "id": IMAGE_ID,
+            "recorded_at": "2026-12-01T18:40:00Z",
+        },
+        "serve": {
+            "argv": ["vllm", "serve", "/models/lab-tiny-moe", "--gpu-memory-utilization", "0.55"],
+            "gpu_memory_utilization": 0.55,
+            "recorded_at": "2026-12-01T18:40:00Z",
+        },
+    },
+}
 MEMORY = {"total_bytes": int(23.54 * GIB), "available_bytes": int(20.25 * GIB), "free_bytes": int(17 * GIB)}
 GB10 = [
     {
@@ -116,7 +132,7 @@ def _node(host, role, ib_address, ip_json):
         if role == "head"
         else None,
         "image": {
-            "ref": status.unit_image(_read(f"unit_ray_{unit}.txt")),
+            "ref": "sparkops/vllm-lab:ef2343e6f453",
             "id": IMAGE_ID,
             "running_id": IMAGE_ID,
         },
@@ -149,7 +165,7 @@ def _healthy():
         "health": {"status": 200, "msg": "OK (unknown bytes)"},
         "models": {"status": 200, "msg": "OK", "json": {"object": "list", "data": [{"id": "lab-tiny-moe"}]}},
         "ray_nodes": {"rc": 0, "stdout": _read("ray_nodes.out"), "stderr": ""},
-        "launch_script": _read("launch.sh"),
+        "deployed_record": json.dumps(DEPLOYED),
     }
     settings = {
         "gpu_memory_utilization": None,
@@ -320,21 +336,21 @@ def test_own_gpu_memory_counts_as_room_and_a_short_node_is_named():
     problem = status.report(nodes, cluster, settings)["nodes"][0]["problems"][0]
     assert problem.startswith(
         "spark-1: MemAvailable 3.0 GiB (+ 0.0 GiB held by this cluster's own containers) is below the plan's "
-        "12.95 GiB (gpu_memory_utilization 0.55 of 23.54 GiB, from the deployed launch script) plus the 1.0 GiB margin"
+        "12.95 GiB (gpu_memory_utilization 0.55 of 23.54 GiB, from the deployed record) plus the 1.0 GiB margin"
     )
 
 
 def test_memory_at_rays_threshold():
     nodes, cluster, settings = _healthy()
     nodes[1]["memory"]["memory"]["available_bytes"] = int(0.04 * 23.54 * GIB)
-    cluster["launch_script"] = ""
+    cluster["deployed_record"] = ""
     problems = status.report(nodes, cluster, settings)["nodes"][1]["problems"]
     assert len(problems) == 1 and "at or over Ray's memory threshold 0.95" in problems[0]
 
 
-def test_without_a_launch_script_the_inventory_utilization_is_the_plan():
+def test_without_a_deployed_record_the_inventory_utilization_is_the_plan():
     nodes, cluster, settings = _healthy()
-    cluster["launch_script"] = ""
+    cluster["deployed_record"] = ""
     result = status.report(nodes, cluster, settings)
     assert result["nodes"][0]["mem_needed_gib"] is None
     assert "20.25 GiB, no plan" in status.table(result)[1]

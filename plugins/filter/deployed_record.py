@@ -1,0 +1,25 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+"""Reading the record of what is deployed (plugins/module_utils/_deployed_record.py, docs/deployed-record.md)."""
+
+from __future__ import annotations
+
+from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record as record
+
+
+def deployed_record(text, section=None):
+    """The record in a file's text (an empty record when absent or unreadable), or one section of it."""
+    doc = record.load(text)
+    return doc if section is None else record.section(doc, section)
+
+
+def deployed_record_images(doc):
+    """The image references a node's record names (Ray's and serve's), each once."""
+    return record.images(doc)
+
+
+class FilterModule:
+    """sparkops.vllm deployed record filters."""
+
+    def filters(self):
+        return {"deployed_record": deployed_record, "deployed_record_images": deployed_record_images}

@@ -1,0 +1,156 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+"""Every name and path of a deployment, from its cluster name and a few path settings.
+
+One source for the systemd units, the containers, the config and state
+directories and the files in them (launch script, env files, firewall script,
+measured and deployed records), the model's manifest, model_sync's rsync
+daemon and cluster_ssh's key. Roles read these through the
+``sparkops.vllm.layout`` filter; no role, template or playbook builds one of
+these names itself (tests/unit/roles/test_layout_drift.py fails if one does).
+
+The settings that move a path are the documented role options:
+``ray_cluster_state_dir`` (the state directory, shared by Ray and serve),
+``model_sync_manifest_path`` (empty: beside the model), ``model_sync_rsyncd_config_dir``
+and ``preflight_plan_measured_path`` (empty: in the state directory). Names are
+derived from the cluster name alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from typing import Any
+
+PREFIX = "sparkops"
+CONFIG_ROOT = "/etc/sparkops"
+STATE_ROOT = "/var/lib/sparkops"
+UNIT_DIR = "/etc/systemd/system"
+# Where the serve container sees the launch script (the unit mounts it read-only).
+LAUNCH_SCRIPT_MOUNT = "/opt/sparkops/launch.sh"
+MODEL_SYNC_CONFIG_DIR = f"{CONFIG_ROOT}/model-sync"
+# iptables chain names hold at most 28 characters (xtables XT_EXTENSION_MAXNAMELEN 29
+# with its NUL); "SPARKOPS-RAY-" leaves 15 for the cluster's name.
+_CHAIN_PREFIX = "SPARKOPS-RAY-"
+_CHAIN_NAME_ROOM = 15
+ROLES = ("head", "worker")
+
+
+class LayoutError(ValueError):
+    """A setting that cannot give a layout (the message names the setting and the fix)."""
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def firewall_chain(cluster: str) -> str:
+    """The iptables chain of the cluster's Ray firewall: a name longer than 15 is shortened with its hash."""
+    if len(cluster) <= _CHAIN_NAME_ROOM:
+        return _CHAIN_PREFIX + cluster
+    return f"{_CHAIN_PREFIX}{cluster[:6]}-{hashlib.sha1(cluster.encode()).hexdigest()[:8]}"
+
+
+def manifest_beside(model_path: str) -> str:
+    """model_sync's manifest beside the model: ``<parent>/.<name>.sparkops-manifest.json``."""
+    return f"{posixpath.dirname(model_path)}/.{posixpath.basename(model_path)}.{PREFIX}-manifest.json"
+
+
+def layout(
+    cluster: str,
+    *,
+    state_dir: str | None = None,
+    model_path: str | None = None,
+    manifest_path: str | None = None,
+    model_sync_config_dir: str | None = None,
+    measured_path: str | None = None,
+    role: str | None = None,
+) -> dict[str, Any]:
+    """The deployment's names and paths; blank settings take their defaults.
+
+    ``role`` (head or worker) adds the node's own Ray unit and container
+    (``ray_unit``, ``ray_container``) and the units it runs (``node_units``,
+    in stop order: serve before Ray on the head).
+    """
+    if _blank(cluster) or not isinstance(cluster, str):
+        raise LayoutError(f"the cluster name is {cluster!r}; set sparkops_cluster_name")
+    for name, value in (
+        ("ray_cluster_state_dir", state_dir),
+        ("model_sync_rsyncd_config_dir", model_sync_config_dir),
+    ):
+        if not _blank(value) and not str(value).startswith("/"):
+            raise LayoutError(f"{name} is {value!r}; it must be an absolute path")
+    if role is not None and role not in ROLES:
+        raise LayoutError(f"the node role is {role!r}; it is one of {', '.join(ROLES)}")
+
+    base = f"{PREFIX}-{cluster}"
+    config_dir = f"{CONFIG_ROOT}/{cluster}"
+    state = str(state_dir) if not _blank(state_dir) else f"{STATE_ROOT}/{cluster}"
+    sync_dir = str(model_sync_config_dir) if not _blank(model_sync_config_dir) else MODEL_SYNC_CONFIG_DIR
+    containers = {"ray_head": f"{base}-ray-head", "ray_worker": f"{base}-ray-worker", "serve": f"{base}-vllm"}
+    # systemd's names: a name without a suffix is a .service to systemctl and
+    # journalctl -u, which is how the tasks and messages show them.
+    units = {
+        "ray_head": f"{base}-ray-head",
+        "ray_worker": f"{base}-ray-worker",
+        "serve": f"{base}-vllm",
+        "ray_firewall": f"{base}-ray-firewall",
+        "model_sync_rsyncd": f"{PREFIX}-model-sync-rsyncd",
+        "watchdog": f"{base}-watchdog",
+        "watchdog_timer": f"{base}-watchdog.timer",
+    }
+    unit_names = {key: name if "." in name else f"{name}.service" for key, name in units.items()}
+    if not _blank(manifest_path):
+        manifest = str(manifest_path)
+    elif not _blank(model_path):
+        manifest = manifest_beside(str(model_path))
+    else:
+        manifest = None
+    result: dict[str, Any] = {
+        "cluster": cluster,
+        "config_dir": config_dir,
+        "state_dir": state,
+        "unit_dir": UNIT_DIR,
+        "units": units,
+        "unit_names": unit_names,
+        "unit_files": {key: f"{UNIT_DIR}/{name}" for key, name in unit_names.items()},
+        # The unit files of this cluster that teardown stops and removes, serve
+        # first (model_sync's rsync daemon is shared by clusters: not here).
+        "cluster_unit_names": [
+            unit_names[key]
+            for key in ("serve", "ray_worker", "ray_head", "ray_firewall", "watchdog_timer", "watchdog")
+        ],
+        # journalctl -u takes a glob: every unit of this cluster.
+        "unit_glob": f"{base}-*",
+        "containers": containers,
+        "launch_script": f"{config_dir}/launch.sh",
+        "launch_script_mount": LAUNCH_SCRIPT_MOUNT,
+        "ray_env_file": f"{config_dir}/ray.env",
+        "serve_secrets_file": f"{config_dir}/serve-secrets.env",
+        "ray_firewall_script": f"{config_dir}/ray-firewall",
+        "ray_firewall_chain": firewall_chain(cluster),
+        # The comment on INPUT's jump to the chain (teardown finds a left-behind chain by it).
+        "ray_firewall_comment": f"{PREFIX} {cluster} ray ports",
+        "ray_temp_dir": f"{state}/ray",
+        "ray_logs_dir": f"{state}/ray/session_latest/logs",
+        "cache_dir": f"{state}/cache",
+        "measured_record": str(measured_path) if not _blank(measured_path) else f"{state}/measured.json",
+        "deployed_record": f"{state}/deployed.json",
+        "model_manifest": manifest,
+        "model_sync_config_dir": sync_dir,
+        "rsyncd_conf": f"{sync_dir}/rsyncd.conf",
+        "rsyncd_secrets": f"{sync_dir}/rsyncd.secrets",
+        "rsyncd_module": f"{PREFIX}-model",
+        "ssh_key": f"/root/.ssh/{PREFIX}_{cluster}_ed25519",
+        "ssh_known_hosts": f"/root/.ssh/{PREFIX}_{cluster}_known_hosts",
+        "ssh_key_comment": base,
+        "support_bundle_prefix": f"{base}-",
+    }
+    if role is not None:
+        result["role"] = role
+        result["ray_unit"] = units[f"ray_{role}"]
+        result["ray_container"] = containers[f"ray_{role}"]
+        result["ray_unit_name"] = unit_names[f"ray_{role}"]
+        result["ray_unit_file"] = f"{UNIT_DIR}/{unit_names[f'ray_{role}']}"
+        result["node_units"] = ([units["serve"]] if role == "head" else []) + [units[f"ray_{role}"]]
+    return result
