@@ -70,7 +70,8 @@ _WORST_FIRST = ("socket_fallback", "rdma_unexpected_devices", "unknown", "rdma",
 # "host:pid:tid [dev] NCCL INFO msg" or "host:pid:tid [dev] file.cc:123 NCCL WARN msg",
 # searched anywhere so outer prefixes (Ray's, docker's) need not be known here.
 _HEADER_RE = re.compile(
-    r"(?P<host>[A-Za-z0-9][\w.-]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    # "<cluster_name>" stands for a host a reporter redacted (github.com/NVIDIA/nccl/issues/952).
+    r"(?P<host><?[A-Za-z0-9][\w.-]*>?):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
     r"(?:(?P<where>\S+:\d+) )?NCCL (?P<level>INFO|WARN) ?(?P<msg>.*)$"
 )
 _VERSION_RE = re.compile(
@@ -97,9 +98,11 @@ _GID_RE = re.compile(
 )
 _HCA_ENV_RE = re.compile(r"^NCCL_IB_HCA set (?:by environment )?to (?P<value>\S+)")
 # "NET/IB : GPU Direct RDMA Enabled for HCA 0 'mlx5_0'" (graph/topo.cc:1357); the field log
-# of two Sparks has "(DMABUF) enabled" and names the HCA behind each net device index.
+# of two Sparks has "(DMABUF) enabled" and names the HCA behind each net device index. The
+# same line exists for sockets ("NET/Socket : GPU Direct RDMA Disabled for HCA 0 'eth0'",
+# seen on the H200), which names no RDMA device.
 _GDR_RE = re.compile(
-    r"^NET/\S+ ?: ?GPU Direct RDMA (?:\(DMABUF\) )?\w+ for HCA (?P<index>\d+) '(?P<name>[^'\s]+)"
+    r"^NET/IB\S* ?: ?GPU Direct RDMA (?:\(DMABUF\) )?\w+ for HCA (?P<index>\d+) '(?P<name>[^'\s]+)"
 )
 _OPEN_FAILED_RE = re.compile(r"^NET/IB ?: ?Unable to open device (?P<name>\S+)")
 _IBV_CALL_RE = re.compile(r"^Call to (?P<call>ibv_\w+)(?:\(\))? failed with (?:error )?(?P<error>.*)$")
@@ -122,6 +125,7 @@ class ProcessLog:
     ib_hca_env: str | None = None
     ib_open_failed: list[str] = field(default_factory=list)
     libibverbs_missing: bool = False
+    ib_plugin_failed: bool = False
     socket_ifs: dict[int, dict] = field(default_factory=dict)
     channels: list[dict] = field(default_factory=list)
     gids: list[dict] = field(default_factory=list)
@@ -135,9 +139,11 @@ class ProcessLog:
     @property
     def rank(self) -> int | None:
         """The rank in this process's largest communicator (vLLM opens several)."""
-        if not self.ranks:
-            return None
-        return max(self.ranks.values(), key=lambda item: (item[1], -item[0]))[0]
+        if self.ranks:
+            return max(self.ranks.values(), key=lambda item: (item[1], -item[0]))[0]
+        # No comm line (an excerpt, say): the channel lines name the local rank too.
+        local = [chan["rank"] for chan in self.channels]
+        return max(set(local), key=local.count) if local else None
 
 
 _VIA_PREFIXES = (("P2P", "p2p"), ("SHM", "shm"), ("NVLS", "nvls"), ("CollNet", "collnet"))
@@ -191,6 +197,10 @@ def parse_log(lines: Iterable[str], source: str | None = None) -> list[ProcessLo
         if proc.cuda_dev is None:
             proc.cuda_dev = int(header.group("dev"))
         msg = header.group("msg").strip()
+        if version and proc.version is None:
+            # Written to NCCL_DEBUG_FILE, the version line does carry the header (seen with
+            # NCCL 2.28.9 on the project's H200: "vm:637:637 [0] NCCL INFO NCCL version …").
+            proc.version = version.group("version") + version.group("suffix")
         if header.group("level") == "WARN":
             proc.warnings.append(msg)
             _parse_failure(proc, msg)
@@ -246,6 +256,8 @@ def _parse_info(proc: ProcessLog, msg: str) -> None:
         _parse_net_ib(proc, msg)
     elif msg.startswith("Failed to open libibverbs"):
         proc.libibverbs_missing = True
+    elif msg.startswith("Failed to initialize NET plugin IB"):
+        proc.ib_plugin_failed = True
     elif match := _USING_NETWORK_RE.match(msg):
         if match.group("name") not in proc.networks:
             proc.networks.append(match.group("name"))
@@ -387,7 +399,7 @@ def _process_result(proc: ProcessLog, expected: list[str] | None) -> tuple[dict,
         verdict = "socket_fallback"
         ifaces = sorted(
             {
-                proc.socket_ifs.get(c["net_dev"], {}).get("name", "?")
+                proc.socket_ifs.get(c["net_dev"], {}).get("name", f"net device {c['net_dev']}")
                 for c in proc.channels
                 if c["kind"] == "net_socket"
             }
@@ -473,17 +485,19 @@ def _process_result(proc: ProcessLog, expected: list[str] | None) -> tuple[dict,
         ],
         "ib_devices_used": used,
         "ib_no_device": proc.ib_none,
+        "ib_plugin_failed": proc.ib_plugin_failed,
         "ib_hca_env": proc.ib_hca_env,
         "gid_indices": proc.gids,
         "socket_interfaces": [f"{v['name']}:{v['address']}" for _, v in sorted(proc.socket_ifs.items())],
         "warnings": proc.warnings,
     }
     if verdict == "unknown":
-        result["reason"] = (
-            "no channel was set up in this log: a single rank has no peer, or the log ends before the first collective"
-            if not proc.channels
-            else f"channels use transports this check does not know: {', '.join(kinds)}"
-        )
+        if proc.channels:
+            result["reason"] = f"channels use transports this check does not know: {', '.join(kinds)}"
+        elif result["nranks"] == 1:
+            result["reason"] = "a communicator of one rank: NCCL connects no peer, so no transport is used"
+        else:
+            result["reason"] = "no channel was set up in this log: it ends before the first collective"
     return result, findings
 
 
