@@ -25,7 +25,8 @@ of 2026-06; file and line below are v2.28.9-1's):
   ``Channel 00 : 0[0] -> 1[1] via SHM/direct/direct`` (``transport/shm.cc:128``),
   ``Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0/GDRDMA`` and
   ``… 1[1] -> 0[0] [receive] via NET/Socket/0`` (``transport/net.cc:313-359``). The numbers
-  are ``rank[nvmlDev]``; NCCL before 2.8 printed ``rank[busId]`` in hex, also accepted.
+  are ``rank[nvmlDev]`` since 2.19; up to 2.18 NCCL printed ``rank[busId]`` in hex
+  (v2.18.1-1 ``p2p.cc:366``), which is accepted too.
   ``[receive]`` lines name the peer first, so the local rank is the right-hand one.
 - ``NET/IB: NCCL Dev 0 IbDev 1 Port 1 qpn 123 mtu 5 GID 3 (…/…)`` (``net_ib.cc:1490``,
   ``net_ib/connect.cc:968`` on master): the GID index a RoCE queue pair really used.
