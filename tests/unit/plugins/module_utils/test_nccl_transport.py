@@ -1,10 +1,12 @@
 """NCCL transport verdicts from real NCCL logs: the lent H200's own, and field reports.
 
 The h200x1_* logs are NCCL 2.28.9's INFO output written by the project's smoke test on
-the lent one-GPU machine (tests/fixtures/nccl_real/capture.sh); field_* are verbatim
+the lent one-GPU machine (tests/fixtures/nccl_real/capture.sh): one rank per config, and
+two ranks as two NCCL hosts sharing the GPU (NCCL_HOSTID per launcher), which NCCL had to
+connect through NET/Socket; field_* are verbatim
 excerpts of published logs, each with its source line. The line tables at the end are
 NCCL's format strings (cited in _nccl_transport's docstring) filled in by hand, for the
-shapes no captured log holds yet (two ranks on one host: issue 21 needs nvidia-h200-x2).
+shapes no captured log holds yet (two GPUs of one host: issue 21 needs nvidia-h200-x2).
 """
 
 import json
@@ -110,6 +112,81 @@ def test_h200_smoke_reports_hold_their_fields(name, backend, world_size):
             {"address": "127.0.0.1", "ifname": "lo", "rank": 0},
             {"address": "127.0.0.1", "ifname": "lo", "rank": 1},
         ]
+
+
+def _two_hosts(config):
+    names = [f"h200x1_two_hosts_{config}.rank{rank}.log" for rank in (0, 1)]
+    logs = {name: (REAL / name).read_text() for name in names}
+    return _nccl_transport.classify_logs(logs, expected_ranks=2)
+
+
+@pytest.mark.parametrize("config", ["default", "bad_hca"])
+def test_h200_two_hosts_over_sockets_is_a_fallback_on_every_rank(config):
+    result = _two_hosts(config)
+    assert result["verdict"] == "socket_fallback"
+    assert result["severity"] == "error"
+    assert result["nccl_versions"] == ["2.28.9"]
+    assert [rank["rank"] for rank in result["ranks"]] == [0, 1]
+    for rank in result["ranks"]:
+        assert rank["verdict"] == "socket_fallback"
+        assert rank["nranks"] == 2
+        assert rank["nnodes"] == 2
+        assert rank["network"] == "Socket"
+        assert rank["vias"] == ["NET/Socket/0"]
+        # Two channels, each a send and a receive: "Channel 00/0 : 0[0] -> 1[0] [send] via NET/Socket/0".
+        assert rank["channels"] == 4
+        assert rank["socket_interfaces"] == ["eth0:192.0.2.2<0>"]
+    findings = result["findings"]
+    assert [(f["code"], f["severity"], f["rank"]) for f in findings] == [
+        ("nccl_socket_fallback", "error", 0),
+        ("nccl_socket_fallback", "error", 1),
+    ]
+    assert all("interface eth0" in f["message"] for f in findings)
+
+
+def test_h200_two_hosts_default_cause_is_no_device():
+    finding = _two_hosts("default")["findings"][0]
+    assert "No device found" in finding["cause"]
+    assert "--device=/dev/infiniband" in finding["fix"]
+
+
+def test_h200_two_hosts_bad_hca_cause_is_the_hca_list():
+    finding = _two_hosts("bad_hca")["findings"][1]
+    assert finding["cause"].startswith("NCCL_IB_HCA=mlx5_sparkops_absent matches no RDMA device")
+
+
+def test_h200_two_hosts_one_rank_missing_is_still_the_fallback():
+    name = "h200x1_two_hosts_default.rank1.log"
+    result = _nccl_transport.classify_logs({name: (REAL / name).read_text()}, expected_ranks=2)
+    assert result["verdict"] == "socket_fallback"
+    assert result["findings"][-1]["code"] == "nccl_ranks_missing"
+
+
+@pytest.mark.parametrize("config", ["default", "bad_hca"])
+def test_h200_two_hosts_smoke_report(config):
+    report = json.loads((REAL / f"smoke_h200x1_two_hosts_{config}.json").read_text())["report"]
+    assert report["backend"] == "nccl"
+    assert report["world_size"] == 2
+    assert report["correct"] is True
+    assert report["size_bytes"] == 64 << 20
+    # Two ranks: busbw equals algbw; both near 1.86 GB/s through the host's socket stack.
+    assert report["busbw_gbps"] == report["algbw_gbps"]
+    assert 1.0 < report["busbw_gbps"] < 5.0
+    assert report["transport"]["verdict"] == "socket_fallback"
+    # The verdicts the smoke test computed on the machine are the parser's on the saved logs.
+    here = _two_hosts(config)
+    assert [(r["rank"], r["verdict"]) for r in report["transport"]["ranks"]] == [
+        (r["rank"], r["verdict"]) for r in here["ranks"]
+    ]
+    assert report["environment"]["NCCL_HOSTID"].startswith("sparkops-node-")
+
+
+def test_h200_two_hosts_gloo_binds_eth0():
+    report = json.loads((REAL / "smoke_h200x1_two_hosts_gloo_eth0.json").read_text())["report"]
+    assert report["backend"] == "gloo"
+    assert report["correct"] is True
+    assert [item["address"] for item in report["interfaces"]] == ["192.0.2.2", "192.0.2.2"]
+    assert report["busbw_gbps"] == report["algbw_gbps"]
 
 
 # --- field reports ------------------------------------------------------------------------
