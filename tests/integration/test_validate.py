@@ -4,7 +4,9 @@ Every case writes an inventory whose hosts are reachable only through a
 tripwire: ``ansible_ssh_executable`` points at a script that leaves a marker
 file and exits 255. Validation must never touch it, pass or fail. The baseline
 inventory passes; each bad case changes it in one way and expects the one
-failure to name the host, the variable, the value and the fix.
+failure to name the host, the variable, the value and the fix. The full tables
+of bad inventories run against the Python contract itself, in milliseconds, in
+tests/unit/plugins/module_utils/test_inventory_contract.py.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.sparkops.vllm.plugins.module_utils import _inventory_contract as contract
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks" / "validate.yml"
@@ -107,23 +110,9 @@ def setting(name, value):
     return mutate
 
 
-def cluster_var(name, value):
-    def mutate(inv):
-        _cluster(inv)["vars"][name] = value
-
-    return mutate
-
-
 def host_var(host, name, value):
     def mutate(inv):
         _host(inv, host)[name] = value
-
-    return mutate
-
-
-def drop_host_var(host, name):
-    def mutate(inv):
-        _host(inv, host).pop(name)
 
     return mutate
 
@@ -137,15 +126,6 @@ def group_hosts(group, hosts):
     return mutate
 
 
-def cluster_hosts(hosts):
-    """Hosts directly in cluster, in neither head nor workers."""
-
-    def mutate(inv):
-        _cluster(inv)["hosts"] = copy.deepcopy(hosts)
-
-    return mutate
-
-
 def compose(*mutations):
     def mutate(inv):
         for mutation in mutations:
@@ -154,55 +134,9 @@ def compose(*mutations):
     return mutate
 
 
-SPARK_1 = {"ansible_host": "10.1.230.180", "ib_address": "192.168.200.12"}
-SPARK_2 = {"ansible_host": "10.1.230.181", "ib_address": "192.168.200.13"}
-SPARK_3 = {"ansible_host": "10.1.230.182", "ib_address": "192.168.200.14"}
-
-# id, mutation, number of problems reported, fragments of the failure message.
+# A few of the bad inventories of tests/unit/plugins/module_utils/test_inventory_contract.py
+# end to end: id, mutation, number of problems reported, fragments of the failure message.
 BAD = [
-    (
-        "two_heads",
-        compose(group_hosts("head", {"spark-1": SPARK_1, "spark-2": SPARK_2}), group_hosts("workers", {})),
-        1,
-        [
-            "spark-1, spark-2: group 'head' has 2 hosts (spark-1, spark-2); it needs exactly one.",
-            "Fix: keep spark-1 in head and move spark-2 to workers",
-        ],
-    ),
-    (
-        "no_head",
-        compose(
-            group_hosts("head", {}),
-            group_hosts("workers", {"spark-1": SPARK_1, "spark-2": SPARK_2}),
-        ),
-        1,
-        ["inventory: group 'head' has no host; it needs exactly one.", "Fix: put the node"],
-    ),
-    (
-        "host_in_neither_head_nor_workers",
-        compose(cluster_hosts({"spark-3": SPARK_3}), setting("sparkops_tensor_parallel_size", 3)),
-        1,
-        [
-            "spark-3: is in group cluster but in neither head nor workers",
-            "Fix: add spark-3 to workers (or to head)",
-        ],
-    ),
-    (
-        "host_in_head_and_workers",
-        group_hosts("workers", {"spark-1": {}, "spark-2": SPARK_2}),
-        1,
-        ["spark-1: is in both head and workers.", "Fix: remove spark-1 from one of the two groups"],
-    ),
-    (
-        "missing_ib_address",
-        drop_host_var("spark-2", "ib_address"),
-        1,
-        [
-            "spark-2: ib_address is not set.",
-            "Fix: give spark-2 its address on the RoCE link in 192.168.200.0/24 "
-            "in hosts.yml or host_vars/spark-2.yml",
-        ],
-    ),
     (
         "duplicate_ib_address",
         host_var("spark-2", "ib_address", "192.168.200.12"),
@@ -210,15 +144,6 @@ BAD = [
         [
             "spark-1, spark-2: share ib_address '192.168.200.12'",
             "Fix: give each of spark-1, spark-2 a different address in 192.168.200.0/24",
-        ],
-    ),
-    (
-        "ib_address_outside_subnet",
-        host_var("spark-2", "ib_address", "192.168.100.13"),
-        1,
-        [
-            "spark-2: ib_address '192.168.100.13' is outside sparkops_ib_subnet 192.168.200.0/24. "
-            "Fix: give spark-2 an address in 192.168.200.0/24 in hosts.yml or host_vars/spark-2.yml",
         ],
     ),
     (
@@ -238,100 +163,6 @@ BAD = [
         ],
     ),
     (
-        "ib_address_network_and_broadcast",
-        compose(
-            host_var("spark-1", "ib_address", "192.168.200.0"),
-            host_var("spark-2", "ib_address", "192.168.200.255"),
-        ),
-        2,
-        [
-            "spark-1: ib_address '192.168.200.0' is the network address of 192.168.200.0/24",
-            "spark-2: ib_address '192.168.200.255' is the broadcast address of 192.168.200.0/24",
-            "Fix: give spark-2 an address from 192.168.200.1 to 192.168.200.254",
-        ],
-    ),
-    (
-        "ib_address_is_the_management_address",
-        host_var("spark-1", "ib_address", "10.1.230.180"),
-        1,
-        [
-            "spark-1: ib_address '10.1.230.180' is the management address (ansible_host)",
-            "Fix: set ib_address to spark-1's address on the RoCE link in 192.168.200.0/24",
-        ],
-    ),
-    (
-        "subnet_not_a_cidr",
-        cluster_var("sparkops_ib_subnet", "192.168.200.0"),
-        1,
-        [
-            "cluster: sparkops_ib_subnet '192.168.200.0' is not a CIDR (network/prefix).",
-            "e.g. sparkops_ib_subnet: 192.168.200.0/24",
-        ],
-    ),
-    (
-        "subnet_with_host_bits",
-        cluster_var("sparkops_ib_subnet", "192.168.200.1/24"),
-        1,
-        [
-            "cluster: sparkops_ib_subnet '192.168.200.1/24' has host bits set",
-            "Fix: write sparkops_ib_subnet: 192.168.200.0/24",
-        ],
-    ),
-    (
-        "ib_interface_missing_or_an_rdma_device",
-        compose(cluster_var("ib_interface", ""), host_var("spark-1", "ib_interface", "rocep1s0f1")),
-        2,
-        [
-            "spark-1: ib_interface 'rocep1s0f1' is an RDMA device name, not a network interface",
-            "Fix: use the interface that `ibdev2netdev` maps rocep1s0f1 to",
-            "spark-2: ib_interface is not set. Fix: set it to the network interface of the RoCE port",
-        ],
-    ),
-    (
-        "mtu_mismatch",
-        host_var("spark-2", "ib_mtu", 1500),
-        1,
-        [
-            "spark-1, spark-2: ib_mtu differs between nodes (spark-1=9000, spark-2=1500)",
-            "Fix: use one MTU on every node: set ib_mtu once in group_vars/cluster/network.yml",
-        ],
-    ),
-    (
-        "mtu_out_of_range_and_quoted",
-        compose(cluster_var("ib_mtu", 9600), host_var("spark-2", "ib_mtu", "9600")),
-        2,
-        [
-            "spark-1: ib_mtu 9600 is outside 576..9216. Fix: use 9000",
-            "spark-2: ib_mtu is the string '9600', not an integer. Fix: write it unquoted: ib_mtu: 9600",
-        ],
-    ),
-    (
-        "parallelism_does_not_match_gpus",
-        setting("sparkops_tensor_parallel_size", 4),
-        1,
-        [
-            f"cluster: sparkops_tensor_parallel_size {TIMES} sparkops_pipeline_parallel_size "
-            f"= 4 {TIMES} 1 = 4, "
-            f"but the cluster has 2 GPUs (2 nodes {TIMES} sparkops_gpus_per_node 1).",
-            "Fix: set the product to 2, e.g. sparkops_tensor_parallel_size: 2 "
-            "and sparkops_pipeline_parallel_size: 1",
-            "or change the inventory to 4 nodes (4 GPUs at 1 per node)",
-        ],
-    ),
-    (
-        "fractions_out_of_range",
-        compose(
-            setting("sparkops_gpu_memory_utilization", 1.5), setting("sparkops_ray_memory_threshold", 1.0)
-        ),
-        2,
-        [
-            "cluster: sparkops_gpu_memory_utilization 1.5 is outside (0, 1]",
-            "Fix: set a fraction such as 0.85, or null to let the memory plan recommend one",
-            "cluster: sparkops_ray_memory_threshold 1.0 is outside (0, 1)",
-            "Fix: use a fraction such as 0.95",
-        ],
-    ),
-    (
         "numbers_and_strings_swapped",
         compose(setting("sparkops_gpu_memory_utilization", "0.9"), setting("sparkops_vllm_version", 0.1)),
         2,
@@ -341,49 +172,6 @@ BAD = [
             "cluster: sparkops_vllm_version is the number 0.1, not a string",
             'Fix: quote it, e.g. sparkops_vllm_version: "0.17.1"',
         ],
-    ),
-    (
-        "model_settings_missing",
-        compose(
-            setting("sparkops_model_path", "models/qwen"),
-            setting("sparkops_model_id", ""),
-            setting("sparkops_served_model_name", ""),
-            setting("sparkops_max_model_len", 0),
-        ),
-        4,
-        [
-            "cluster: sparkops_model_path 'models/qwen' is relative; it must be absolute",
-            "cluster: sparkops_model_id is empty. Fix: set the Hugging Face repository id",
-            "cluster: sparkops_served_model_name '' is empty or contains whitespace",
-            "cluster: sparkops_max_model_len 0 is not a positive integer.",
-        ],
-    ),
-    (
-        "model_path_empty_and_max_len_quoted",
-        compose(setting("sparkops_model_path", ""), setting("sparkops_max_model_len", "32768")),
-        2,
-        [
-            "cluster: sparkops_model_path is empty. Fix: set the absolute path of the model directory",
-            "cluster: sparkops_max_model_len is the string '32768', not an integer. "
-            "Fix: write it unquoted: sparkops_max_model_len: 32768 (group_vars/all/model.yml)",
-        ],
-    ),
-    (
-        "boolean_given_as_string",
-        compose(setting("sparkops_cuda_graphs", "false"), setting("sparkops_ray_memory_monitor", "no")),
-        2,
-        [
-            "cluster: sparkops_cuda_graphs is the string 'false', not a boolean; "
-            "Jinja treats every non-empty string as true",
-            "Fix: write it unquoted: sparkops_cuda_graphs: false (group_vars/all/memory.yml)",
-            "Fix: write it unquoted: sparkops_ray_memory_monitor: false (group_vars/all/ray.yml)",
-        ],
-    ),
-    (
-        "cluster_name_invalid",
-        setting("sparkops_cluster_name", "Spark_VLLM"),
-        1,
-        ["cluster: sparkops_cluster_name 'Spark_VLLM' is not a valid name", "e.g. 'spark-vllm'"],
     ),
     (
         "setting_missing_and_secret_of_wrong_type",
@@ -407,16 +195,6 @@ BAD = [
             'but "/srv/models/Qwen3.5-122B-A10B-FP8" on spark-1',
             "Fix: set it once in group_vars/all/model.yml "
             "and remove the per-host value from spark-2's host vars",
-        ],
-    ),
-    (
-        "ib_prefix_leaves_out_a_peer",
-        host_var("spark-2", "ib_prefix", 32),
-        1,
-        [
-            "spark-2: ib_prefix 32 makes spark-2's on-link network 192.168.200.13/32, "
-            "which leaves out spark-1 (192.168.200.12)",
-            "Fix: remove ib_prefix to use the prefix of sparkops_ib_subnet (/24), or widen it",
         ],
     ),
 ]
@@ -638,6 +416,12 @@ def test_a_failed_validation_ends_the_run_before_later_stages(tmp_path, tripwire
     assert marker.exists()
 
 
+def test_vars_hold_no_jinja_program():
+    """The contract is Python (plugins/module_utils/_inventory_contract.py), not templates in vars/."""
+    for path in ROLE.rglob("*.yml"):
+        assert "{%" not in path.read_text(), path
+
+
 def test_argument_specs_mirror_the_defaults():
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"][
@@ -651,8 +435,7 @@ def test_argument_specs_mirror_the_defaults():
 
 def test_sample_inventory_documents_every_setting_where_the_messages_point():
     """Each fix message names the sample file of its setting; the sample must hold it there, commented."""
-    settings = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_validate_settings"]
-    expected = {s["name"]: s["file"] for s in settings}
+    expected = {s.name: s.file for s in contract.SETTINGS}
     expected.update(ib_interface="group_vars/cluster/network.yml", ib_mtu="group_vars/cluster/network.yml")
 
     def is_setting(line):

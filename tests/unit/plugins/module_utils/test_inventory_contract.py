@@ -1,0 +1,526 @@
+"""The inventory contract (plugins/module_utils/_inventory_contract.py) as tables.
+
+Each case changes the baseline (two Sparks, as inventory/sample has them) in
+one way and expects every problem named with the host, the variable, the value
+and the fix. tests/integration/test_validate.py runs a few of them end to end
+through ansible-playbook with the no-contact tripwire.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+from ansible_collections.sparkops.vllm.plugins.module_utils import _inventory_contract as contract
+
+TIMES = "\u00d7"
+
+SETTINGS = {
+    "sparkops_cluster_name": "spark-vllm",
+    "sparkops_gpus_per_node": 1,
+    "sparkops_tensor_parallel_size": 2,
+    "sparkops_pipeline_parallel_size": 1,
+    "sparkops_model_id": "Qwen/Qwen3.5-122B-A10B-FP8",
+    "sparkops_model_path": "/srv/models/Qwen3.5-122B-A10B-FP8",
+    "sparkops_served_model_name": "qwen3.5-122b",
+    "sparkops_max_model_len": 32768,
+    "sparkops_gpu_memory_utilization": None,
+    "sparkops_cuda_graphs": True,
+    "sparkops_ray_memory_monitor": True,
+    "sparkops_ray_memory_threshold": 0.95,
+    "sparkops_vllm_version": "0.17.1",
+    "sparkops_api_key": "",
+    "sparkops_hf_token": None,
+    "sparkops_ib_subnet": "192.168.200.0/24",
+    "ib_interface": "enp1s0f1np1",
+    "ib_mtu": 9000,
+}
+SPARK_1 = {"ansible_host": "10.1.230.180", "ib_address": "192.168.200.12"}
+SPARK_2 = {"ansible_host": "10.1.230.181", "ib_address": "192.168.200.13"}
+SPARK_3 = {"ansible_host": "10.1.230.182", "ib_address": "192.168.200.14"}
+
+
+def baseline():
+    return contract.Inventory(
+        head=["spark-1"],
+        workers=["spark-2"],
+        cluster=["spark-1", "spark-2"],
+        hostvars={
+            "spark-1": {**copy.deepcopy(SETTINGS), **SPARK_1},
+            "spark-2": {**copy.deepcopy(SETTINGS), **SPARK_2},
+        },
+    )
+
+
+# -- mutations of the baseline --------------------------------------------------
+
+
+def setting(name, value):
+    """A group_vars value: the same on every host."""
+
+    def mutate(inv):
+        for values in inv.hostvars.values():
+            values[name] = value
+
+    return mutate
+
+
+def unset(name):
+    def mutate(inv):
+        for values in inv.hostvars.values():
+            values.pop(name, None)
+
+    return mutate
+
+
+def host_var(host, name, value):
+    def mutate(inv):
+        inv.hostvars[host][name] = value
+
+    return mutate
+
+
+def drop_host_var(host, name):
+    def mutate(inv):
+        inv.hostvars[host].pop(name)
+
+    return mutate
+
+
+def groups(head=None, workers=None, cluster=None, hosts=None):
+    """Set group members; ``hosts`` adds hosts (name -> own vars) over the settings."""
+
+    def mutate(inv):
+        for name, own in (hosts or {}).items():
+            inv.hostvars[name] = {**copy.deepcopy(SETTINGS), **own}
+        if head is not None:
+            inv.head = list(head)
+        if workers is not None:
+            inv.workers = list(workers)
+        if cluster is not None:
+            inv.cluster = list(cluster)
+
+    return mutate
+
+
+def compose(*mutations):
+    def mutate(inv):
+        for mutation in mutations:
+            mutation(inv)
+
+    return mutate
+
+
+def run(*mutations):
+    inv = baseline()
+    compose(*mutations)(inv)
+    return contract.check(inv)
+
+
+# id, mutation, number of problems reported, fragments of the failure message.
+BAD = [
+    (
+        "two_heads",
+        groups(head=["spark-1", "spark-2"], workers=[]),
+        1,
+        [
+            "spark-1, spark-2: group 'head' has 2 hosts (spark-1, spark-2); it needs exactly one.",
+            "Fix: keep spark-1 in head and move spark-2 to workers",
+        ],
+    ),
+    (
+        "no_head",
+        groups(head=[], workers=["spark-1", "spark-2"]),
+        1,
+        ["inventory: group 'head' has no host; it needs exactly one.", "Fix: put the node"],
+    ),
+    (
+        "no_cluster_group",
+        groups(head=[], workers=[], cluster=[]),
+        2,
+        ["inventory: group 'cluster' is missing or has no host.", "inventory: group 'head' has no host"],
+    ),
+    (
+        "head_and_workers_not_children_of_cluster",
+        groups(cluster=[]),
+        3,
+        [
+            "spark-1: is in group head but not in group cluster. Fix: make head and workers children of cluster",
+            "spark-2: is in group workers but not in group cluster.",
+        ],
+    ),
+    (
+        "host_in_neither_head_nor_workers",
+        compose(
+            groups(cluster=["spark-1", "spark-2", "spark-3"], hosts={"spark-3": SPARK_3}),
+            setting("sparkops_tensor_parallel_size", 3),
+        ),
+        1,
+        [
+            "spark-3: is in group cluster but in neither head nor workers",
+            "Fix: add spark-3 to workers (or to head)",
+        ],
+    ),
+    (
+        "host_in_head_and_workers",
+        groups(workers=["spark-1", "spark-2"]),
+        1,
+        ["spark-1: is in both head and workers.", "Fix: remove spark-1 from one of the two groups"],
+    ),
+    (
+        "missing_ib_address",
+        drop_host_var("spark-2", "ib_address"),
+        1,
+        [
+            "spark-2: ib_address is not set.",
+            "Fix: give spark-2 its address on the RoCE link in 192.168.200.0/24 "
+            "in hosts.yml or host_vars/spark-2.yml",
+        ],
+    ),
+    (
+        "ib_address_not_a_string",
+        host_var("spark-2", "ib_address", 3232286733),
+        1,
+        ["spark-2: ib_address 3232286733 is not an IP address. Fix: write the address as a string"],
+    ),
+    (
+        "duplicate_ib_address",
+        host_var("spark-2", "ib_address", "192.168.200.12"),
+        1,
+        [
+            "spark-1, spark-2: share ib_address '192.168.200.12'",
+            "Fix: give each of spark-1, spark-2 a different address in 192.168.200.0/24",
+        ],
+    ),
+    (
+        "ib_address_outside_subnet",
+        host_var("spark-2", "ib_address", "192.168.100.13"),
+        1,
+        [
+            "spark-2: ib_address '192.168.100.13' is outside sparkops_ib_subnet 192.168.200.0/24. "
+            "Fix: give spark-2 an address in 192.168.200.0/24 in hosts.yml or host_vars/spark-2.yml",
+        ],
+    ),
+    (
+        "host_vars_typos",
+        compose(
+            host_var("spark-1", "ib_address", "192.168.200.12/24"),
+            host_var("spark-1", "ib_interface", "enp1s0f1np1 "),
+            host_var("spark-2", "ib_address", "spark-2-ib"),
+        ),
+        3,
+        [
+            "spark-1: ib_address '192.168.200.12/24' is not an IP address: it carries a prefix.",
+            "Fix: write the bare address '192.168.200.12'",
+            "spark-1: ib_interface 'enp1s0f1np1 ' is not a valid Linux interface name",
+            "spark-2: ib_address 'spark-2-ib' is not an IP address.",
+            "e.g. 192.168.200.1",
+        ],
+    ),
+    (
+        "ib_address_network_and_broadcast",
+        compose(
+            host_var("spark-1", "ib_address", "192.168.200.0"),
+            host_var("spark-2", "ib_address", "192.168.200.255"),
+        ),
+        2,
+        [
+            "spark-1: ib_address '192.168.200.0' is the network address of 192.168.200.0/24",
+            "spark-2: ib_address '192.168.200.255' is the broadcast address of 192.168.200.0/24",
+            "Fix: give spark-2 an address from 192.168.200.1 to 192.168.200.254",
+        ],
+    ),
+    (
+        "ib_address_is_the_management_address",
+        host_var("spark-1", "ib_address", "10.1.230.180"),
+        1,
+        [
+            "spark-1: ib_address '10.1.230.180' is the management address (ansible_host)",
+            "Fix: set ib_address to spark-1's address on the RoCE link in 192.168.200.0/24",
+        ],
+    ),
+    (
+        "subnet_not_a_cidr",
+        setting("sparkops_ib_subnet", "192.168.200.0"),
+        1,
+        [
+            "cluster: sparkops_ib_subnet '192.168.200.0' is not a CIDR (network/prefix).",
+            "e.g. sparkops_ib_subnet: 192.168.200.0/24",
+        ],
+    ),
+    (
+        "subnet_with_host_bits",
+        setting("sparkops_ib_subnet", "192.168.200.1/24"),
+        1,
+        [
+            "cluster: sparkops_ib_subnet '192.168.200.1/24' has host bits set",
+            "Fix: write sparkops_ib_subnet: 192.168.200.0/24",
+        ],
+    ),
+    (
+        "ib_interface_missing_or_an_rdma_device",
+        compose(setting("ib_interface", ""), host_var("spark-1", "ib_interface", "rocep1s0f1")),
+        2,
+        [
+            "spark-1: ib_interface 'rocep1s0f1' is an RDMA device name, not a network interface",
+            "Fix: use the interface that `ibdev2netdev` maps rocep1s0f1 to",
+            "spark-2: ib_interface is not set. Fix: set it to the network interface of the RoCE port",
+        ],
+    ),
+    (
+        "ib_interface_loopback_and_not_a_string",
+        compose(host_var("spark-1", "ib_interface", "lo"), host_var("spark-2", "ib_interface", 0)),
+        2,
+        [
+            "spark-1: ib_interface 'lo' is the loopback interface",
+            "spark-2: ib_interface 0 is not an interface name.",
+        ],
+    ),
+    (
+        "mtu_mismatch",
+        host_var("spark-2", "ib_mtu", 1500),
+        1,
+        [
+            "spark-1, spark-2: ib_mtu differs between nodes (spark-1=9000, spark-2=1500)",
+            "Fix: use one MTU on every node: set ib_mtu once in group_vars/cluster/network.yml",
+        ],
+    ),
+    (
+        "mtu_out_of_range_and_missing",
+        compose(host_var("spark-1", "ib_mtu", 9600), drop_host_var("spark-2", "ib_mtu")),
+        2,
+        [
+            "spark-1: ib_mtu 9600 is outside 576..9216. Fix: use 9000",
+            "spark-2: ib_mtu is not set. Fix: set ib_mtu for the whole group cluster",
+        ],
+    ),
+    (
+        "parallelism_does_not_match_gpus",
+        setting("sparkops_tensor_parallel_size", 4),
+        1,
+        [
+            f"cluster: sparkops_tensor_parallel_size {TIMES} sparkops_pipeline_parallel_size "
+            f"= 4 {TIMES} 1 = 4, "
+            f"but the cluster has 2 GPUs (2 nodes {TIMES} sparkops_gpus_per_node 1).",
+            "Fix: set the product to 2, e.g. sparkops_tensor_parallel_size: 2 "
+            "and sparkops_pipeline_parallel_size: 1",
+            "or change the inventory to 4 nodes (4 GPUs at 1 per node)",
+        ],
+    ),
+    (
+        "parallelism_product_not_a_multiple_of_gpus_per_node",
+        compose(setting("sparkops_gpus_per_node", 2), setting("sparkops_tensor_parallel_size", 3)),
+        1,
+        [f"or change the inventory to a node count whose GPUs (nodes {TIMES} 2) equal the product"],
+    ),
+    (
+        "fractions_out_of_range",
+        compose(
+            setting("sparkops_gpu_memory_utilization", 1.5), setting("sparkops_ray_memory_threshold", 1.0)
+        ),
+        2,
+        [
+            "cluster: sparkops_gpu_memory_utilization 1.5 is outside (0, 1]",
+            "Fix: set a fraction such as 0.85, or null to let the memory plan recommend one",
+            "cluster: sparkops_ray_memory_threshold 1.0 is outside (0, 1)",
+            "Fix: use a fraction such as 0.95",
+        ],
+    ),
+    (
+        "version_read_as_a_number",
+        setting("sparkops_vllm_version", 0.1),
+        1,
+        [
+            "cluster: sparkops_vllm_version is the number 0.1, not a string",
+            'Fix: quote it, e.g. sparkops_vllm_version: "0.17.1"',
+        ],
+    ),
+    (
+        "version_with_a_v",
+        setting("sparkops_vllm_version", "v0.17.1"),
+        1,
+        ["cluster: sparkops_vllm_version 'v0.17.1' is not a vLLM release version", "without the leading 'v'"],
+    ),
+    (
+        "model_settings_missing",
+        compose(
+            setting("sparkops_model_path", "models/qwen"),
+            setting("sparkops_model_id", ""),
+            setting("sparkops_served_model_name", ""),
+            setting("sparkops_max_model_len", 0),
+        ),
+        4,
+        [
+            "cluster: sparkops_model_path 'models/qwen' is relative; it must be absolute",
+            "cluster: sparkops_model_id is empty. Fix: set the Hugging Face repository id",
+            "cluster: sparkops_served_model_name '' is empty or contains whitespace",
+            "cluster: sparkops_max_model_len 0 is not a positive integer.",
+        ],
+    ),
+    (
+        "model_id_a_url_and_path_with_dots_and_spaces",
+        compose(
+            setting("sparkops_model_id", "https://huggingface.co/Qwen/Qwen3"),
+            setting("sparkops_model_path", "/srv/models/../x"),
+            setting("sparkops_served_model_name", "my model"),
+        ),
+        3,
+        [
+            "cluster: sparkops_model_id 'https://huggingface.co/Qwen/Qwen3' is not a Hugging Face repository id",
+            "cluster: sparkops_model_path '/srv/models/../x' is not a model directory",
+            "cluster: sparkops_served_model_name 'my model' is empty or contains whitespace",
+        ],
+    ),
+    (
+        "model_path_empty",
+        setting("sparkops_model_path", ""),
+        1,
+        ["cluster: sparkops_model_path is empty. Fix: set the absolute path of the model directory"],
+    ),
+    (
+        "model_path_with_whitespace",
+        setting("sparkops_model_path", "/srv/my models/qwen"),
+        1,
+        ["cluster: sparkops_model_path '/srv/my models/qwen' contains whitespace"],
+    ),
+    (
+        "boolean_given_as_string",
+        compose(setting("sparkops_cuda_graphs", "false"), setting("sparkops_ray_memory_monitor", "no")),
+        2,
+        [
+            "cluster: sparkops_cuda_graphs is the string 'false', not a boolean; "
+            "Jinja treats every non-empty string as true",
+            "Fix: write it unquoted: sparkops_cuda_graphs: false (group_vars/all/memory.yml)",
+            "Fix: write it unquoted: sparkops_ray_memory_monitor: false (group_vars/all/ray.yml)",
+        ],
+    ),
+    (
+        "boolean_given_as_a_number",
+        setting("sparkops_cuda_graphs", 1),
+        1,
+        ["cluster: sparkops_cuda_graphs is the number 1, not a boolean. Fix: write true or false, unquoted"],
+    ),
+    (
+        "null_where_a_value_is_needed",
+        setting("sparkops_model_id", None),
+        1,
+        ["cluster: sparkops_model_id is null (empty). Fix: give it a value, e.g. sparkops_model_id: Qwen/"],
+    ),
+    (
+        "cluster_name_invalid",
+        setting("sparkops_cluster_name", "Spark_VLLM"),
+        1,
+        ["cluster: sparkops_cluster_name 'Spark_VLLM' is not a valid name", "e.g. 'spark-vllm'"],
+    ),
+    (
+        "cluster_name_too_long",
+        setting("sparkops_cluster_name", "a" * 40),
+        1,
+        ["at most 32 characters, e.g. '" + "a" * 32 + "'"],
+    ),
+    (
+        "setting_missing_and_secret_of_wrong_type",
+        compose(unset("sparkops_served_model_name"), setting("sparkops_api_key", 12345)),
+        2,
+        [
+            "cluster: sparkops_served_model_name is not set. "
+            "Fix: add sparkops_served_model_name: qwen3.5-122b",
+            "cluster: sparkops_api_key is a number, not a string",
+        ],
+    ),
+    (
+        "cluster_wide_setting_overridden_per_host",
+        host_var("spark-2", "sparkops_model_path", "/data/qwen"),
+        1,
+        [
+            'spark-2: sparkops_model_path has "/data/qwen" on spark-2 '
+            'but "/srv/models/Qwen3.5-122B-A10B-FP8" on spark-1',
+            "Fix: set it once in group_vars/all/model.yml "
+            "and remove the per-host value from spark-2's host vars",
+        ],
+    ),
+    (
+        "secret_overridden_per_host_is_not_echoed",
+        host_var("spark-2", "sparkops_hf_token", "hf_abcdefghijklmnopqrstuvwxyz"),
+        1,
+        ["spark-2: sparkops_hf_token has a different value than on spark-1"],
+    ),
+    (
+        "ib_prefix_leaves_out_a_peer",
+        host_var("spark-2", "ib_prefix", 32),
+        1,
+        [
+            "spark-2: ib_prefix 32 makes spark-2's on-link network 192.168.200.13/32, "
+            "which leaves out spark-1 (192.168.200.12)",
+            "Fix: remove ib_prefix to use the prefix of sparkops_ib_subnet (/24), or widen it",
+        ],
+    ),
+    (
+        "ib_prefix_out_of_range_or_not_a_number",
+        compose(host_var("spark-1", "ib_prefix", 33), host_var("spark-2", "ib_prefix", "wide")),
+        2,
+        ["spark-1: ib_prefix 33 is outside 1..32.", 'spark-2: ib_prefix "wide" is not a whole number.'],
+    ),
+]
+
+
+@pytest.mark.parametrize(("mutate", "count", "fragments"), [c[1:] for c in BAD], ids=[c[0] for c in BAD])
+def test_bad_inventory_names_every_problem(mutate, count, fragments):
+    problems = run(mutate)
+    text = "\n".join(problems)
+    assert len(problems) == count, text
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} not in:\n{text}"
+    assert all(". Fix: " in problem for problem in problems), text
+
+
+def test_baseline_passes_with_its_summary():
+    inv = baseline()
+    assert contract.check(inv) == []
+    assert contract.summary(inv) == (
+        f"Inventory OK: 2 nodes (head spark-1, workers spark-2), TP 2 {TIMES} PP 1, RoCE 192.168.200.0/24 "
+        "at MTU 9000, model Qwen/Qwen3.5-122B-A10B-FP8 served as qwen3.5-122b."
+    )
+
+
+def test_single_node_cluster_passes():
+    assert run(groups(workers=[], cluster=["spark-1"]), setting("sparkops_tensor_parallel_size", 1)) == []
+
+
+def test_vaulted_values_are_not_read():
+    assert (
+        run(
+            setting("sparkops_api_key", contract.VAULTED),
+            host_var("spark-2", "sparkops_hf_token", contract.VAULTED),
+        )
+        == []
+    )
+
+
+def test_problems_are_sorted_and_unique():
+    problems = run(
+        host_var("spark-2", "ib_address", "192.168.100.13"),
+        host_var("spark-1", "ib_mtu", 1500),
+        setting("sparkops_gpu_memory_utilization", 0),
+        setting("sparkops_pipeline_parallel_size", 2),
+    )
+    assert problems == sorted(set(problems))
+    assert [line.split(":", 1)[0] for line in problems] == [
+        "cluster",
+        "cluster",
+        "spark-1, spark-2",
+        "spark-2",
+    ]
+
+
+def test_failure_message_counts_the_problems():
+    assert contract.failure_message(["a. Fix: b"]) == (
+        "The inventory has 1 problem; no host was contacted or changed:\n- a. Fix: b"
+    )
+
+
+def test_every_setting_has_a_sample_file_and_an_example():
+    for s in contract.SETTINGS:
+        assert s.file.startswith("group_vars/"), s.name
+        assert s.example, s.name
+        assert s.kind in ("string", "int", "number", "bool"), s.name
