@@ -143,8 +143,12 @@ DEFAULT_OPTIONS = {
 CLUSTER_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 VLLM_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?")
+# A string that is exactly an integer, or a decimal number: `-e NAME=VALUE`
+# always passes a string, and Ansible's own modules accept these for their
+# int and float options. Nothing else (no spaces, no '_', no nan or inf words,
+# no digits of other scripts: [0-9] is ASCII).
 INTEGER = re.compile(r"-?[0-9]+")
-DECIMAL = re.compile(r"-?([0-9]+\.?[0-9]*|\.[0-9]+)")
+DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 
 @dataclass
@@ -195,6 +199,19 @@ def _is_number(value):
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def numeric(kind, value):
+    """The number ``value`` stands for in an ``int`` or ``number`` setting, or None when it is none."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) or (kind == "number" and isinstance(value, float)):
+        return value
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    if INTEGER.fullmatch(value):
+        return int(value)
+    return float(value) if kind == "number" and DECIMAL.fullmatch(value) else None
+
+
 def _json(value):
     return json.dumps(value, ensure_ascii=False)
 
@@ -211,11 +228,6 @@ def _describe(value, secret):
     if isinstance(value, (list, tuple)):
         return "a list"
     return type(value).__name__
-
-
-def _cli_hint(name, value):
-    """-e NAME=VALUE on the command line always gives a string."""
-    return f"; on the command line, -e {name}={value} passes a string: write -e '{{\"{name}\": {value}}}'"
 
 
 def _address(value):
@@ -313,28 +325,9 @@ def _type_problem(s, value):  # noqa: PLR0911 - one refusal per type, the first 
                 f"as true, so '{value}' would mean true. Fix: write it unquoted: {s.name}: {meant}{fix_in}"
             )
         return f"cluster: {s.name} is {what}, not a boolean. Fix: write true or false, unquoted{fix_in}"
-    if s.kind == "int" and not _is_int(value):
-        if isinstance(value, str) and INTEGER.fullmatch(value.strip()):
-            v = value.strip()
-            return (
-                f"cluster: {s.name} is the string '{value}', not an integer. Fix: write it unquoted: "
-                f"{s.name}: {v}{fix_in}{_cli_hint(s.name, v)}"
-            )
-        return (
-            f"cluster: {s.name} is {what}, not a whole number. Fix: write an unquoted integer, e.g. "
-            f"{s.name}: {s.example}{fix_in}"
-        )
-    if s.kind == "number" and not _is_number(value):
-        if isinstance(value, str) and DECIMAL.fullmatch(value.strip()):
-            v = value.strip()
-            return (
-                f"cluster: {s.name} is the string '{value}', not a number. Fix: write it unquoted: "
-                f"{s.name}: {v}{fix_in}{_cli_hint(s.name, v)}"
-            )
-        return (
-            f"cluster: {s.name} is {what}, not a number. Fix: write an unquoted number, e.g. "
-            f"{s.name}: {s.example}{fix_in}"
-        )
+    if s.kind in ("int", "number") and numeric(s.kind, value) is None:
+        noun, article = ("a whole number", "an integer") if s.kind == "int" else ("a number", "a number")
+        return f"cluster: {s.name} is {what}, not {noun}. Fix: write {article}, e.g. {s.name}: {s.example}{fix_in}"
     if s.kind == "string" and not isinstance(value, str):
         return (
             f"cluster: {s.name} is {what}, not a string; YAML read the unquoted value as another type. "
@@ -480,12 +473,8 @@ def _check_ib_mtu(inv, h):
             f"{h}: ib_mtu is not set. Fix: set ib_mtu for the whole group cluster in {NETWORK_FILE}, e.g. ib_mtu: 9000"
         ]
     if not _is_int(m):
-        if isinstance(m, str) and re.fullmatch(r"[0-9]+", m.strip()):
-            return [
-                f"{h}: ib_mtu is the string '{m}', not an integer. Fix: write it unquoted: ib_mtu: {m.strip()} ({NETWORK_FILE})"
-            ]
         return [
-            f"{h}: ib_mtu {_json(m)} is not a whole number. Fix: write an unquoted integer in {mtu_range}, "
+            f"{h}: ib_mtu {_json(m)} is not a whole number. Fix: write an integer in {mtu_range}, "
             f"e.g. ib_mtu: 9000 ({NETWORK_FILE})"
         ]
     if m < lo or m > hi:
@@ -507,7 +496,7 @@ def _check_ib_prefix(inv, h, net):
     max_pfx = 128 if isinstance(a, str) and ":" in a else 32
     if not _is_int(pfx):
         return [
-            f"{h}: ib_prefix {_json(pfx)} is not a whole number. Fix: write an unquoted prefix length, e.g. "
+            f"{h}: ib_prefix {_json(pfx)} is not a whole number. Fix: write a prefix length, e.g. "
             f"ib_prefix: {net.prefixlen if net else 24}{where}, or remove it to use the prefix of sparkops_ib_subnet"
         ]
     if pfx < 1 or pfx > max_pfx:
@@ -708,11 +697,31 @@ def check_cluster(inv):
     )
 
 
+# Numeric variables: their numeric strings are read as numbers before any check.
+NUMERIC = {s.name: s.kind for s in SETTINGS if s.kind in ("int", "number")} | {
+    "ib_mtu": "int",
+    "ib_prefix": "int",
+}
+
+
+def normalise(inv):
+    """A copy of ``inv`` with every numeric string of a numeric variable read as its number."""
+    hostvars = {}
+    for host, own in inv.hostvars.items():
+        values = dict(own)
+        for name, kind in NUMERIC.items():
+            if isinstance(values.get(name), str) and numeric(kind, values[name]) is not None:
+                values[name] = numeric(kind, values[name])
+        hostvars[host] = values
+    return Inventory(inv.head, inv.workers, inv.cluster, hostvars, inv.options)
+
+
 CHECKS = (check_groups, check_settings, check_consistency, check_hosts, check_link, check_cluster)
 
 
 def check(inv):
     """Every problem of the inventory, once each, sorted."""
+    inv = normalise(inv)
     problems = []
     for group in CHECKS:
         problems += group(inv)
@@ -727,6 +736,7 @@ def failure_message(problems):
 
 def summary(inv):
     """The one-line summary of a valid inventory."""
+    inv = normalise(inv)
     c = inv.ref
     hosts = inv.hosts
     net = ib_subnet(inv)

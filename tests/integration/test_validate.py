@@ -164,11 +164,11 @@ BAD = [
     ),
     (
         "numbers_and_strings_swapped",
-        compose(setting("sparkops_gpu_memory_utilization", "0.9"), setting("sparkops_vllm_version", 0.1)),
+        compose(setting("sparkops_gpu_memory_utilization", "0.9x"), setting("sparkops_vllm_version", 0.1)),
         2,
         [
-            "cluster: sparkops_gpu_memory_utilization is the string '0.9', not a number.",
-            "Fix: write it unquoted: sparkops_gpu_memory_utilization: 0.9",
+            "cluster: sparkops_gpu_memory_utilization is the string '0.9x', not a number.",
+            "Fix: write a number, e.g. sparkops_gpu_memory_utilization: null",
             "cluster: sparkops_vllm_version is the number 0.1, not a string",
             'Fix: quote it, e.g. sparkops_vllm_version: "0.17.1"',
         ],
@@ -464,18 +464,28 @@ def test_sample_inventory_documents_every_setting_where_the_messages_point():
             assert {"ansible_host", "ib_address"} <= set(hostvars), name
 
 
-def test_a_number_given_as_key_value_on_the_command_line_names_the_json_form(tmp_path, tripwire):
-    """`-e NAME=0.5` reaches Ansible as a string; the message says how to pass the number."""
+def test_numbers_given_as_key_value_on_the_command_line_are_accepted(tmp_path, tripwire):
+    """`-e NAME=8192` reaches Ansible as a string; one that is exactly a number is taken as the number."""
     script, marker = tripwire
+    inventory = write_inventory(tmp_path, arm(baseline(), script))
     proc = run_playbook(
-        write_inventory(tmp_path, arm(baseline(), script)),
+        inventory,
         PLAYBOOK,
         "-e",
+        "sparkops_max_model_len=8192",
+        "-e",
         "sparkops_gpu_memory_utilization=0.5",
+        "-e",
+        "ib_mtu=1500",
     )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not marker.exists()
+    [(_, result)] = [
+        (n, r) for n, r in task_results(proc) if n.endswith("Inventory is valid for a sparkops.vllm cluster")
+    ]
+    assert "at MTU 1500" in result["msg"], result["msg"]
 
+    proc = run_playbook(inventory, PLAYBOOK, "-e", "sparkops_max_model_len=8k")
     assert proc.returncode != 0
     assert not marker.exists()
-    msg = failure(proc)
-    assert "sparkops_gpu_memory_utilization is the string '0.5', not a number" in msg, msg
-    assert """write -e '{"sparkops_gpu_memory_utilization": 0.5}'""" in msg, msg
+    assert "cluster: sparkops_max_model_len is the string '8k', not a whole number." in failure(proc)

@@ -524,3 +524,64 @@ def test_every_setting_has_a_sample_file_and_an_example():
         assert s.file.startswith("group_vars/"), s.name
         assert s.example, s.name
         assert s.kind in ("string", "int", "number", "bool"), s.name
+
+
+# -- numbers given as strings (issue 20: `-e NAME=VALUE` always passes a string) --
+
+# Every numeric variable of the contract: numeric strings it accepts as its number.
+NUMERIC_ACCEPTED = {
+    "sparkops_gpus_per_node": ["1"],
+    "sparkops_tensor_parallel_size": ["2"],
+    "sparkops_pipeline_parallel_size": ["1"],
+    "sparkops_max_model_len": ["32768", "8192"],
+    "sparkops_model_size_gib": ["111", "111.5", "1e2"],
+    "sparkops_gpu_memory_utilization": ["0.85", ".85", "1", "1.0"],
+    "sparkops_ray_memory_threshold": ["0.95", "9.5e-1"],
+    "ib_mtu": ["9000", "1500"],
+    "ib_prefix": ["24", "16"],
+}
+# Strings that are not exactly a number; int settings also refuse decimals.
+NOT_A_NUMBER = [
+    "8k",
+    " 8",
+    "8 ",
+    "1_000",
+    "nan",
+    "inf",
+    "-inf",
+    "0x10",
+    "\u0661\u0662",
+    "",
+    "1,5",
+    "+-1",
+    "1e",
+]
+NOT_AN_INTEGER = ["1.5", "2.0", "1e3"]
+
+
+def test_the_numeric_table_covers_every_numeric_variable():
+    assert set(NUMERIC_ACCEPTED) == set(contract.NUMERIC)
+
+
+@pytest.mark.parametrize(("name", "text"), [(n, t) for n, texts in NUMERIC_ACCEPTED.items() for t in texts])
+def test_a_numeric_string_is_taken_as_its_number(name, text):
+    assert run(setting(name, text)) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [(n, t) for n in NUMERIC_ACCEPTED for t in NOT_A_NUMBER]
+    + [(n, t) for n, kind in contract.NUMERIC.items() if kind == "int" for t in NOT_AN_INTEGER],
+)
+def test_any_other_string_is_refused_naming_it(name, text):
+    problems = run(setting(name, text))
+    mine = [p for p in problems if f"{name} " in p and (f"'{text}'" in p or f'"{text}"' in p)]
+    assert mine, problems
+    assert all("not a whole number" in p or "not a number" in p for p in mine), mine
+
+
+def test_numeric_strings_count_for_the_cross_checks():
+    """ "4" for the tensor-parallel size is 4: the product check sees it."""
+    assert any("= 4 \u00d7 1 = 4" in p for p in run(setting("sparkops_tensor_parallel_size", "4")))
+    assert run(host_var("spark-2", "ib_mtu", "9000")) == []
+    assert any("ib_mtu differs" in p for p in run(host_var("spark-2", "ib_mtu", "1500")))
