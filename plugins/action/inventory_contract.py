@@ -4,10 +4,14 @@
 
 from __future__ import annotations
 
+import os
+
+import yaml
 from ansible.errors import AnsibleActionFail, AnsibleError
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.parsing.vault import VaultHelper, VaultLib
 from ansible.plugins.action import ActionBase
+from ansible.template import trust_as_template
 
 from ansible_collections.sparkops.vllm.plugins.module_utils import _inventory_contract as contract
 
@@ -23,7 +27,17 @@ ARGUMENT_SPEC = {
         "type": "int",
         "default": contract.DEFAULT_OPTIONS["cluster_name_max_length"],
     },
+    "ib_subnet_min_prefix": {"type": "int", "default": contract.DEFAULT_OPTIONS["ib_subnet_min_prefix"]},
 }
+ROLES = os.path.join(os.path.dirname(__file__), "..", "..", "roles")
+
+
+def _role_defaults(role, cache={}):  # noqa: B006 - a per-process cache of the collection's own files
+    """The role's defaults/main.yml: the one source of the defaults of the settings stage 0 checks."""
+    if role not in cache:
+        with open(os.path.join(ROLES, role, "defaults", "main.yml"), encoding="utf-8") as handle:
+            cache[role] = yaml.safe_load(handle) or {}
+    return cache[role]
 
 
 def _vaulted(value):
@@ -45,10 +59,28 @@ def _plain(value):
     return value
 
 
+_NONE = object()
+
+
 class ActionModule(ActionBase):
     # Stage 0 contacts no host: the play runs on the controller and this reads
     # only the inventory (groups and hostvars).
     _requires_connection = False
+
+    def _role_default(self, setting, host_vars):
+        """A role setting's default for one host, rendered with the host's variables; _NONE when it cannot be."""
+        defaults = _role_defaults(setting.role)
+        if setting.name not in defaults:
+            return _NONE
+        value = defaults[setting.name]
+        if not (isinstance(value, str) and "{{" in value):
+            return value
+        try:
+            templar = self._templar.copy_with_new_env(available_variables=host_vars)
+            return _plain(templar.template(trust_as_template(value)))
+        except AnsibleError:
+            # a default that needs a later stage's facts: that stage checks it
+            return _NONE
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -71,7 +103,7 @@ class ActionModule(ActionBase):
             raw = hostvars.raw_get(host)
             templated = hostvars[host]
             values = {}
-            for name in names:
+            for name in names + [s.name for s in contract.ROLE_SETTINGS]:
                 if name not in raw:
                     continue
                 if _vaulted(raw[name]):
@@ -85,6 +117,11 @@ class ActionModule(ActionBase):
                         f"{host}: {name} cannot be evaluated ({exc.message}). Fix: correct the expression or the "
                         "variables it uses"
                     )
+            for setting in contract.ROLE_SETTINGS:
+                if setting.name not in values and setting.name not in raw:
+                    default = self._role_default(setting, templated)
+                    if default is not _NONE:
+                        values[setting.name] = default
             inv.hostvars[host] = values
 
         problems = sorted(set(unreadable + contract.check(inv)))

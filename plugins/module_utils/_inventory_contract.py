@@ -18,24 +18,38 @@ and its range. Each check group is one function; ``check`` runs them all.
 from __future__ import annotations
 
 import ipaddress
-import json
+import math
 import re
 from dataclasses import dataclass, field
+
+from ansible_collections.sparkops.vllm.plugins.module_utils import _inventory_contract_safety as safety
+from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import (
+    VAULTED,  # noqa: F401 - part of this module's interface (the action plugin marks vaulted values with it)
+    Vaulted,
+    numeric,
+    same,
+)
+from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import (
+    address as _address,
+)
+from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import (
+    describe as _describe,
+)
+from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import (
+    is_int as _is_int,
+)
+from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import (
+    network as _network,
+)
+from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import to_json as _json
+from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import (
+    usable_range as _usable_range,
+)
 
 # Where each host's own variables go in the sample layout (inventory/sample/).
 HOST_FILE = "hosts.yml or host_vars/{host}.yml"
 NETWORK_FILE = "group_vars/cluster/network.yml"
 TIMES = "\u00d7"
-
-
-class Vaulted:
-    """A value that is still vault-encrypted: stage 0 runs without the vault password."""
-
-    def __repr__(self):
-        return "Vaulted()"
-
-
-VAULTED = Vaulted()
 
 
 @dataclass(frozen=True)
@@ -82,7 +96,18 @@ SETTINGS = (
     Setting("sparkops_served_model_name", "string", "group_vars/all/model.yml", "qwen3.5-122b"),
     Setting("sparkops_max_model_len", "int", "group_vars/all/model.yml", "32768", range=POSITIVE),
     Setting(
-        "sparkops_model_size_gib", "number", "group_vars/all/model.yml", "111", nullable=True, optional=True
+        "sparkops_model_size_gib",
+        "number",
+        "group_vars/all/model.yml",
+        "111",
+        nullable=True,
+        optional=True,
+        range=Range(
+            minimum=0,
+            min_open=True,
+            wrong="is not a positive size in GiB",
+            fix="set the model's size on disk, or null",
+        ),
     ),
     Setting(
         "sparkops_gpu_memory_utilization",
@@ -128,8 +153,18 @@ SETTINGS = (
 )
 SETTING = {s.name: s for s in SETTINGS}
 
-# The per-host variables the contract reads.
-HOST_VARIABLES = ("ansible_host", "ib_address", "ib_interface", "ib_mtu", "ib_prefix")
+# The per-host variables the contract reads, and the other roles' settings it
+# checks (read from the inventory, else from the role's defaults/main.yml).
+HOST_VARIABLES = (
+    "ansible_host",
+    "ansible_port",
+    "ansible_connection",
+    "ib_address",
+    "ib_interface",
+    "ib_mtu",
+    "ib_prefix",
+)
+ROLE_SETTINGS = safety.ROLE_SETTINGS
 
 # The options of roles/validate (defaults/main.yml), with the same defaults.
 DEFAULT_OPTIONS = {
@@ -138,17 +173,12 @@ DEFAULT_OPTIONS = {
     "ib_interface_pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$",
     "ib_interface_rdma_pattern": "^(mlx[0-9]+_[0-9]+|[Rr][Oo][Cc][Ee][A-Za-z0-9]+|rxe[0-9]+)$",
     "cluster_name_max_length": 32,
+    "ib_subnet_min_prefix": 16,
 }
 
 CLUSTER_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
 MODEL_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?")
 VLLM_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?")
-# A string that is exactly an integer, or a decimal number: `-e NAME=VALUE`
-# always passes a string, and Ansible's own modules accept these for their
-# int and float options. Nothing else (no spaces, no '_', no nan or inf words,
-# no digits of other scripts: [0-9] is ASCII).
-INTEGER = re.compile(r"-?[0-9]+")
-DECIMAL = re.compile(r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 
 
 @dataclass
@@ -189,73 +219,6 @@ class Inventory:
 
 
 # -- helpers --------------------------------------------------------------------
-
-
-def _is_int(value):
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def numeric(kind, value):
-    """The number ``value`` stands for in an ``int`` or ``number`` setting, or None when it is none."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int) or (kind == "number" and isinstance(value, float)):
-        return value
-    if not isinstance(value, str) or len(value) > 40:
-        return None
-    if INTEGER.fullmatch(value):
-        return int(value)
-    return float(value) if kind == "number" and DECIMAL.fullmatch(value) else None
-
-
-def _json(value):
-    return json.dumps(value, ensure_ascii=False)
-
-
-def _describe(value, secret):
-    if isinstance(value, bool):
-        return "a boolean" if secret else f"the boolean {str(value).lower()}"
-    if _is_number(value):
-        return "a number" if secret else f"the number {value}"
-    if isinstance(value, str):
-        return "a string" if secret else f"the string '{value}'"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    return type(value).__name__
-
-
-def _address(value):
-    if not isinstance(value, str) or "/" in value:
-        return None
-    try:
-        return ipaddress.ip_address(value)
-    except ValueError:
-        return None
-
-
-def _network(value, strict=False):
-    if not isinstance(value, str) or "/" not in value:
-        return None
-    try:
-        return ipaddress.ip_network(value, strict=strict)
-    except ValueError:
-        return None
-
-
-def _usable_range(network):
-    """First and last usable host of a network (RFC 3021: /31 and /32 have no reserved ends)."""
-    first, last = network.network_address, network.broadcast_address
-    if network.version == 4 and network.prefixlen < 31:
-        return first + 1, last - 1
-    if network.version == 6 and network.prefixlen < 127:
-        return first + 1, last
-    return first, last
 
 
 def ib_subnet(inv):
@@ -353,6 +316,10 @@ def check_settings(inv):
         problem = _type_problem(s, value)
         if problem:
             p.append(problem)
+        elif s.kind == "number" and value is not None and not math.isfinite(value):
+            p.append(
+                f"cluster: {s.name} {value} is not a finite number. Fix: write a number, e.g. {s.name}: {s.example} ({s.file})"
+            )
         elif s.range and value is not None and not s.range.holds(value):
             p.append(f"cluster: {s.name} {value} {s.range.wrong}. Fix: {s.range.fix} ({s.file})")
     return p
@@ -374,7 +341,7 @@ def check_consistency(inv):
             # comparing vaulted values would need the vault password; stage 0 runs without it
             if isinstance(rv, Vaulted) or isinstance(hv, Vaulted):
                 continue
-            if hv == rv and type(hv) is type(rv):
+            if same(hv, rv):
                 continue
             if s.secret:
                 values = f"a different value than on {inv.ref_host}"
@@ -546,7 +513,8 @@ def check_link(inv):
     for h in inv.hosts:
         a = inv.vars(h).get("ib_address")
         if isinstance(a, str) and a.strip():
-            owners.setdefault(a.strip(), []).append(h)
+            # one address however it is spelled
+            owners.setdefault(str(_address(a.strip()) or a.strip()), []).append(h)
         m = inv.vars(h).get("ib_mtu")
         if _is_int(m):
             mtus.append((h, m))
@@ -646,6 +614,11 @@ def _check_model(inv):
                 f"cluster: sparkops_model_path '{v}' is not a model directory (the root, or a path with '.' or '..' "
                 "in it); the model stage syncs this directory to every worker." + path_fix
             )
+        elif any(not c.isprintable() and c != " " for c in v):
+            p.append(
+                "cluster: sparkops_model_path contains a control character (a newline, a tab or NUL), which no "
+                "mount, unit file or script reads as one path." + path_fix
+            )
         elif re.search(r"\s", v):
             p.append(
                 f"cluster: sparkops_model_path '{v}' contains whitespace, which container mounts and launch scripts "
@@ -698,10 +671,11 @@ def check_cluster(inv):
 
 
 # Numeric variables: their numeric strings are read as numbers before any check.
-NUMERIC = {s.name: s.kind for s in SETTINGS if s.kind in ("int", "number")} | {
-    "ib_mtu": "int",
-    "ib_prefix": "int",
-}
+NUMERIC = (
+    {s.name: s.kind for s in SETTINGS if s.kind in ("int", "number")}
+    | {"ib_mtu": "int", "ib_prefix": "int", "ansible_port": "int"}
+    | safety.NUMERIC_ROLE_SETTINGS
+)
 
 
 def normalise(inv):
@@ -716,7 +690,15 @@ def normalise(inv):
     return Inventory(inv.head, inv.workers, inv.cluster, hostvars, inv.options)
 
 
-CHECKS = (check_groups, check_settings, check_consistency, check_hosts, check_link, check_cluster)
+CHECKS = (
+    check_groups,
+    check_settings,
+    check_consistency,
+    check_hosts,
+    check_link,
+    check_cluster,
+    *safety.SAFETY_CHECKS,
+)
 
 
 def check(inv):

@@ -38,6 +38,10 @@ options:
     description: The longest C(sparkops_cluster_name) accepted.
     type: int
     default: 32
+  ib_subnet_min_prefix:
+    description: The shortest prefix length accepted for C(sparkops_ib_subnet) and C(ib_prefix).
+    type: int
+    default: 16
 attributes:
   check_mode:
     support: full

@@ -45,7 +45,7 @@ SETTINGS = {
     "sparkops_ray_memory_monitor": True,
     "sparkops_ray_memory_threshold": 0.95,
     "sparkops_vllm_version": "0.17.1",
-    "sparkops_api_key": "",
+    "sparkops_api_key": "sk-0123456789abcdefghijklmnopqrstu",
     "sparkops_hf_token": None,
 }
 
@@ -187,6 +187,26 @@ BAD = [
         ],
     ),
     (
+        "hostile_values_of_every_class_before_any_contact",
+        compose(
+            setting("sparkops_api_key", "sk-0123456789abcdef\nLD_PRELOAD=/tmp/evil.so"),
+            setting("sparkops_model_path", "/usr/"),
+            setting("model_sync_rsyncd_port", "22"),
+            setting("sparkops_ray_memory_threshold", ".nan"),
+            lambda inv: _cluster(inv)["vars"].update(sparkops_ib_subnet="0.0.0.0/0"),
+            host_var("spark-2", "ansible_host", "10.1.230.180"),
+        ),
+        6,
+        [
+            "cluster: sparkops_api_key (value not shown) has a newline",
+            "cluster: sparkops_model_path '/usr/' is a system directory (/usr)",
+            "cluster: model_sync_rsyncd_port 22 and SSH's port 22 (roce_network_ssh_port, cluster_ssh_port) share port 22",
+            "cluster: sparkops_ray_memory_threshold is the string '.nan', not a number",
+            "cluster: sparkops_ib_subnet '0.0.0.0/0' has a /0 prefix, shorter than /16",
+            "spark-1, spark-2: share the management address '10.1.230.180'",
+        ],
+    ),
+    (
         "cluster_wide_setting_overridden_per_host",
         host_var("spark-2", "sparkops_model_path", "/data/qwen"),
         1,
@@ -291,6 +311,7 @@ def test_bad_inventory_fails_with_every_problem_named(tmp_path, tripwire, mutate
     assert len(listed) == count, msg
     for fragment in fragments:
         assert fragment in msg, f"{fragment!r} not in:\n{msg}"
+    assert "LD_PRELOAD" not in proc.stdout + proc.stderr, "a secret was echoed"
 
 
 def test_baseline_inventory_passes(tmp_path, tripwire):
@@ -317,10 +338,16 @@ def test_single_node_cluster_passes(tmp_path, tripwire):
     assert not marker.exists()
 
 
-def copy_sample(tmp_path, script):
-    """inventory/sample with the tripwire added as host_vars (the sample itself is untouched)."""
+def copy_sample(tmp_path, script, api_key="sk-0123456789abcdefghijklmnopqrstu"):
+    """inventory/sample with the tripwire added as host_vars (the sample itself is untouched), and a key."""
     inventory = tmp_path / "sample"
     shutil.copytree(SAMPLE, inventory)
+    secrets = inventory / "group_vars" / "all" / "secrets.yml"
+    assert 'sparkops_api_key: ""\n' in secrets.read_text()
+    if api_key is not None:
+        secrets.write_text(
+            secrets.read_text().replace('sparkops_api_key: ""\n', f"sparkops_api_key: {api_key}\n")
+        )
     (inventory / "host_vars").mkdir()
     for host in ("spark-1", "spark-2"):
         (inventory / "host_vars" / f"{host}.yml").write_text(
@@ -337,10 +364,49 @@ def test_sample_inventory_passes(tmp_path, tripwire):
     assert not marker.exists()
 
 
+def test_the_sample_as_shipped_refuses_its_empty_key(tmp_path, tripwire):
+    """The sample's key is empty and vLLM listens on 0.0.0.0 by default: an open API must be chosen."""
+    script, marker = tripwire
+    proc = run_playbook(copy_sample(tmp_path, script, api_key=None) / "hosts.yml")
+
+    assert proc.returncode != 0
+    assert not marker.exists()
+    assert problems(failure(proc)) == [
+        "cluster: sparkops_api_key is empty while vLLM's API listens on 0.0.0.0:8000 (vllm_serve_host), beyond "
+        "loopback: anyone who reaches that port can use the model. Fix: set a key of at least 16 characters "
+        "(group_vars/all/secrets.yml, vaulted), or bind the API to 127.0.0.1 with vllm_serve_host, or set "
+        "vllm_serve_allow_unauthenticated: true to serve it open on purpose (group_vars/all/vllm_serve.yml)"
+    ]
+    # Either choice in the inventory passes.
+    for choice in ("vllm_serve_allow_unauthenticated=true", "vllm_serve_host=127.0.0.1"):
+        name, value = choice.split("=")
+        proc = run_playbook(
+            copy_sample(tmp_path / name, script, api_key=None) / "hosts.yml",
+            PLAYBOOK,
+            "-e",
+            json.dumps({name: value == "true" or value}),
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_role_defaults_are_read_from_the_roles(tmp_path, tripwire):
+    """Settings of later stages left unset are checked with their role's default (roce_network's Ray ports)."""
+    script, marker = tripwire
+    proc = run_playbook(
+        write_inventory(tmp_path, arm(baseline(), script)), PLAYBOOK, "-e", "vllm_serve_port=6379"
+    )
+
+    assert proc.returncode != 0
+    assert not marker.exists()
+    assert "cluster: vllm_serve_port 6379 and roce_network_ray_ports.gcs 6379 share port 6379" in failure(
+        proc
+    ), failure(proc)
+
+
 def test_vaulted_secret_needs_no_vault_password(tmp_path, tripwire):
     """Stage 0 leaves vaulted values encrypted: no --vault-password-file here."""
     script, marker = tripwire
-    inventory = copy_sample(tmp_path, script)
+    inventory = copy_sample(tmp_path, script, api_key=None)
     password = tmp_path / "vault-password"
     password.write_text("not-a-real-password\n")
     encrypted = subprocess.run(

@@ -9,8 +9,12 @@ through ansible-playbook with the no-contact tripwire.
 from __future__ import annotations
 
 import copy
+import math
+import re
+from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.sparkops.vllm.plugins.module_utils import _inventory_contract as contract
 
 TIMES = "\u00d7"
@@ -29,12 +33,32 @@ SETTINGS = {
     "sparkops_ray_memory_monitor": True,
     "sparkops_ray_memory_threshold": 0.95,
     "sparkops_vllm_version": "0.17.1",
-    "sparkops_api_key": "",
+    "sparkops_api_key": "sk-0123456789abcdefghijklmnopqrstu",
     "sparkops_hf_token": None,
     "sparkops_ib_subnet": "192.168.200.0/24",
     "ib_interface": "enp1s0f1np1",
     "ib_mtu": 9000,
 }
+ROOT = Path(__file__).resolve().parents[4]
+
+
+def role_defaults():
+    """The defaults of ROLE_SETTINGS as the action plugin reads them (templates rendered for spark-vllm)."""
+    values = {}
+    for s in contract.ROLE_SETTINGS:
+        defaults = yaml.safe_load((ROOT / "roles" / s.role / "defaults" / "main.yml").read_text())
+        value = defaults[s.name]
+        if isinstance(value, str) and "{{" in value:
+            value = {
+                "ray_cluster_ports": {},
+                "ray_cluster_state_dir": "/var/lib/sparkops/spark-vllm",
+                "teardown_state_dir": "/var/lib/sparkops/spark-vllm",
+            }[s.name]
+        values[s.name] = value
+    return values
+
+
+SETTINGS.update(role_defaults())
 SPARK_1 = {"ansible_host": "10.1.230.180", "ib_address": "192.168.200.12"}
 SPARK_2 = {"ansible_host": "10.1.230.181", "ib_address": "192.168.200.13"}
 SPARK_3 = {"ansible_host": "10.1.230.182", "ib_address": "192.168.200.14"}
@@ -539,6 +563,31 @@ NUMERIC_ACCEPTED = {
     "sparkops_ray_memory_threshold": ["0.95", "9.5e-1"],
     "ib_mtu": ["9000", "1500"],
     "ib_prefix": ["24", "16"],
+    "ansible_port": ["22", "2222"],
+    "vllm_serve_port": ["8000", "8443"],
+    "vllm_serve_max_num_seqs": ["64"],
+    "vllm_serve_start_timeout_seconds": ["1800"],
+    "vllm_serve_stop_timeout_seconds": ["60"],
+    "vllm_serve_ready_timeout_seconds": ["1800"],
+    "roce_network_ssh_port": ["22"],
+    "roce_network_ping_timeout": ["2"],
+    "ray_cluster_start_timeout_seconds": ["300"],
+    "ray_cluster_stop_timeout_seconds": ["60"],
+    "ray_cluster_wait_timeout_seconds": ["180"],
+    "cluster_ssh_port": ["22"],
+    "model_sync_rsyncd_port": ["873"],
+    "model_sync_streams": ["0", "4"],
+    "model_sync_hash_workers": ["0", "8"],
+    "model_sync_io_timeout": ["120"],
+    "model_sync_bwlimit_kib": ["0", "50000"],
+    "model_sync_disk_margin_gib": ["1", "0.5"],
+    "model_sync_timeout_seconds": ["21600"],
+    "model_sync_poll_seconds": ["5"],
+    "preflight_plan_safety_margin_gib": ["1.0", "2"],
+    "preflight_plan_activation_reserve_gib": ["2.0"],
+    "preflight_plan_non_torch_reserve_gib": ["3"],
+    "preflight_plan_cuda_graph_reserve_gib": ["3.5"],
+    "preflight_plan_cuda_context_reserve_gib": [".5"],
 }
 # Strings that are not exactly a number; int settings also refuse decimals.
 NOT_A_NUMBER = [
@@ -575,9 +624,9 @@ def test_a_numeric_string_is_taken_as_its_number(name, text):
 )
 def test_any_other_string_is_refused_naming_it(name, text):
     problems = run(setting(name, text))
-    mine = [p for p in problems if f"{name} " in p and (f"'{text}'" in p or f'"{text}"' in p)]
+    mine = [p for p in problems if f"{name} " in p and (f"'{text}'" in p or contract._json(text) in p)]
     assert mine, problems
-    assert all("not a whole number" in p or "not a number" in p for p in mine), mine
+    assert all(re.search(r"not a whole number|not a number|is not a port", p) for p in mine), mine
 
 
 def test_numeric_strings_count_for_the_cross_checks():
@@ -585,3 +634,375 @@ def test_numeric_strings_count_for_the_cross_checks():
     assert any("= 4 \u00d7 1 = 4" in p for p in run(setting("sparkops_tensor_parallel_size", "4")))
     assert run(host_var("spark-2", "ib_mtu", "9000")) == []
     assert any("ib_mtu differs" in p for p in run(host_var("spark-2", "ib_mtu", "1500")))
+
+
+# -- issue 14: hostile and careless input, by class --------------------------------
+
+
+def problems_naming(problems, *words):
+    return [p for p in problems if all(w in p for w in words)]
+
+
+KEY = SETTINGS["sparkops_api_key"]
+BAD_SECRETS = [
+    KEY + "\nLD_PRELOAD=/tmp/x.so",
+    KEY + "\r",
+    KEY[:10] + "\0" + KEY[10:],
+    " " + KEY,
+    KEY + "\t",
+    KEY + "\x1b[2J",
+    KEY + "\u0085",
+    "\u043a\u043b\u044e\u0447" * 5,
+    KEY + '"',
+    KEY + "$(id)",
+    KEY + " x",
+    "a=b" + KEY,
+]
+
+
+@pytest.mark.parametrize("name", ["sparkops_api_key", "sparkops_hf_token"])
+@pytest.mark.parametrize("value", BAD_SECRETS, ids=range(len(BAD_SECRETS)))
+def test_a_secret_that_is_not_one_plain_token_is_refused_unechoed(name, value):
+    problems = run(setting(name, value))
+    mine = problems_naming(problems, f"cluster: {name} (value not shown) has ")
+    assert len(mine) == 1, problems
+    text = "\n".join(problems)
+    for piece in (value, value.strip(), KEY):
+        assert piece not in text
+
+
+@pytest.mark.parametrize("length", [1, 8, 15])
+def test_a_short_api_key_is_refused(length):
+    [problem] = run(setting("sparkops_api_key", "k" * length))
+    assert "fewer than 16 characters" in problem
+    assert "k" * length + " " not in problem
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["k" * 16, "sk-" + "A1" * 20, "abc.DEF_ghi~jkl+mno/pqr==", "hf_" + "x" * 34, "Aa0" * 11],
+)
+def test_plain_tokens_pass(value):
+    assert run(setting("sparkops_api_key", value), setting("sparkops_hf_token", value)) == []
+
+
+@pytest.mark.parametrize("empty", ["", None])
+@pytest.mark.parametrize(
+    ("extra", "refused"),
+    [
+        ({}, True),
+        ({"vllm_serve_host": "10.1.230.180"}, True),
+        ({"vllm_serve_host": "::"}, True),
+        ({"vllm_serve_host": "127.0.0.1"}, False),
+        ({"vllm_serve_host": "127.1.2.3"}, False),
+        ({"vllm_serve_host": "::1"}, False),
+        ({"vllm_serve_host": "localhost"}, False),
+        ({"vllm_serve_allow_unauthenticated": True}, False),
+        ({"vllm_serve_allow_unauthenticated": "true"}, True),
+    ],
+)
+def test_an_empty_api_key_beyond_loopback_is_a_choice(empty, extra, refused):
+    mutations = [setting("sparkops_api_key", empty)] + [setting(k, v) for k, v in extra.items()]
+    open_api = problems_naming(
+        run(*mutations), "cluster: sparkops_api_key is empty while vLLM's API listens on"
+    )
+    assert bool(open_api) is refused, open_api
+
+
+def test_a_vaulted_key_is_not_judged():
+    assert run(setting("sparkops_api_key", contract.VAULTED)) == []
+
+
+PATH_SETTINGS = [
+    "sparkops_model_path",
+    "ray_cluster_state_dir",
+    "teardown_state_dir",
+    "model_sync_rsyncd_config_dir",
+    "model_sync_progress_dir",
+]
+SYSTEM_PATHS = [
+    "/", "//", "/usr", "/usr/", "//usr", "/usr//", "/etc", "/etc/", "/var", "/home", "/home/alice", "/home/alice/",
+    "/root", "/boot", "/opt", "/srv", "/srv/", "/bin", "/sbin", "/lib", "/lib64", "/libx32", "/lib32",
+    "/proc/self", "/sys/kernel", "/dev/shm", "/run/user/0", "/tmp", "/tmp/", "/var/lib", "/var/log",
+    "/var/lib/docker", "/usr/local", "/usr/share", "/etc/systemd", "/etc/sparkops", "/var/lib/sparkops/",
+    "/media", "/mnt", "/snap",
+]  # fmt: skip
+NOT_PLAIN_PATHS = [
+    "", "   ", "relative/dir", "./dir", "dir", "~/models", "/srv/../usr", "/srv/./x", "/srv/x/..", "/srv/a b",
+    "/srv/a\nb", "/srv/a\0b", "/srv/a\tb", "/srv/x\u200b", "/srv/x\u2028y", 5, ["/srv/x"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", PATH_SETTINGS)
+@pytest.mark.parametrize("value", SYSTEM_PATHS + NOT_PLAIN_PATHS)
+def test_a_directory_setting_refuses_system_and_odd_paths(name, value):
+    problems = run(setting(name, value))
+    assert problems_naming(problems, f"{name} "), problems
+
+
+@pytest.mark.parametrize("name", PATH_SETTINGS)
+@pytest.mark.parametrize(
+    "value", ["/srv/sparkops/x", "/data/models/q", "/models", "/tmp/sparkops-x", "/var/tmp/y/z"]
+)
+def test_a_directory_of_its_own_passes(name, value):
+    # give the others directories of their own too
+    others = [setting(n, f"/srv/own/{n}") for n in PATH_SETTINGS if n != name]
+    assert run(*others, setting(name, value)) == []
+
+
+@pytest.mark.parametrize(
+    ("mutations", "fragment"),
+    [
+        ([setting("ray_cluster_state_dir", "/srv/models/Qwen3.5-122B-A10B-FP8")], "sparkops_model_path"),
+        (
+            [setting("sparkops_model_path", "/etc/sparkops/spark-vllm/model")],
+            "config directory /etc/sparkops/spark-vllm holds sparkops_model_path",
+        ),
+        (
+            [setting("model_sync_rsyncd_config_dir", "/etc/sparkops/spark-vllm")],
+            "the cluster's config directory",
+        ),
+        (
+            [setting("model_sync_progress_dir", "/var/lib/sparkops/spark-vllm/log")],
+            "ray_cluster_state_dir /var/lib/sparkops/spark-vllm holds model_sync_progress_dir",
+        ),
+        (
+            [
+                setting("sparkops_model_path", "/srv/state/model"),
+                setting("ray_cluster_state_dir", "/srv/state"),
+            ],
+            "sparkops_model_path /srv/state/model is inside ray_cluster_state_dir /srv/state",
+        ),
+    ],
+)
+def test_the_projects_directories_do_not_overlap(mutations, fragment):
+    problems = run(*mutations)
+    assert problems_naming(problems, fragment), problems
+
+
+def test_a_state_dir_shared_with_teardown_is_expected():
+    assert run(setting("ray_cluster_state_dir", "/srv/s"), setting("teardown_state_dir", "/srv/s")) == []
+
+
+def test_a_cluster_named_like_the_projects_own_directory_is_refused():
+    problems = run(setting("sparkops_cluster_name", "model-sync"))
+    assert problems == [
+        "cluster: sparkops_cluster_name 'model-sync' is the name of the project's own directory "
+        "/etc/sparkops/model-sync, the model copy's rsync daemon configuration; the cluster's directories would "
+        "share it. Fix: choose another name (group_vars/all/cluster.yml)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "subnet",
+    [
+        "0.0.0.0/0", "10.0.0.0/8", "192.168.0.0/15", "172.16.0.0/12", "127.0.0.0/16", "169.254.0.0/16",
+        "224.0.0.0/24", "239.1.0.0/16", "240.0.0.0/24", "255.255.255.0/24", "0.0.0.0/16", "fd00::/64", "::/0",
+        "2001:db8::/32",
+    ],
+)  # fmt: skip
+def test_a_ib_subnet_that_is_not_a_private_link_is_refused(subnet):
+    problems = run(setting("sparkops_ib_subnet", subnet))
+    assert problems_naming(problems, f"cluster: sparkops_ib_subnet '{subnet}' "), problems
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "169.254.1.1",
+        "224.0.0.1",
+        "255.255.255.255",
+        "0.0.0.0",
+        "240.0.0.1",
+        "fe80::1",
+        "fd00::12",
+        "::1",
+        "::",
+    ],
+)
+def test_a_special_or_ipv6_ib_address_is_refused(address):
+    problems = run(host_var("spark-2", "ib_address", address))
+    assert problems_naming(problems, f"spark-2: ib_address '{address}' is "), problems
+
+
+def test_ipv6_is_refused_by_name():
+    [problem] = [p for p in run(setting("sparkops_ib_subnet", "fd00::/64")) if p.startswith("cluster:")]
+    assert "is IPv6; the project is IPv4 end to end" in problem
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        "127.0.0.1",
+        "0.0.0.0",
+        "224.0.0.1",
+        "255.255.255.255",
+        "169.254.0.5",
+        "::1",
+        "fe80::1",
+        "::",
+        "240.1.1.1",
+        "::ffff:127.0.0.1",
+    ],
+)
+def test_a_management_address_that_is_no_other_machine_is_refused(address):
+    problems = run(host_var("spark-2", "ansible_host", address))
+    assert problems_naming(problems, f"spark-2: ansible_host '{address}' is not a unicast address"), problems
+
+
+@pytest.mark.parametrize("address", ["10.1.230.181", "spark-2.lan", "2001:db8::5", "fd00:1::2"])
+def test_a_management_address_of_another_machine_passes(address):
+    assert run(host_var("spark-2", "ansible_host", address)) == []
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("10.1.230.180", "10.1.230.180"),
+        ("spark.lan", "SPARK.lan."),
+        ("2001:db8::1", "2001:db8:0::1"),
+        ("10.1.230.180", " 10.1.230.180"),
+    ],
+)
+def test_two_hosts_with_one_management_address_are_refused(first, second):
+    problems = run(
+        host_var("spark-1", "ansible_host", first),
+        host_var("spark-2", "ansible_host", second),
+    )
+    assert problems_naming(problems, "spark-1, spark-2: share the management address"), problems
+
+
+def test_hosts_without_a_network_connection_have_no_management_address_to_share():
+    mutations = [host_var(h, "ansible_connection", "community.docker.docker") for h in ("spark-1", "spark-2")]
+    assert run(*mutations, host_var("spark-2", "ansible_host", "10.1.230.180")) == []
+
+
+def test_a_management_address_that_is_another_nodes_ib_address_is_refused():
+    problems = run(host_var("spark-2", "ansible_host", "192.168.200.12"))
+    assert problems_naming(problems, "spark-2: ansible_host '192.168.200.12' is spark-1's ib_address"), (
+        problems
+    )
+
+
+def test_a_short_ib_prefix_is_refused():
+    problems = run(host_var("spark-1", "ib_prefix", 8))
+    assert problems_naming(problems, "spark-1: ib_prefix 8 is shorter than /16"), problems
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "vllm_serve_port",
+        "model_sync_rsyncd_port",
+        "roce_network_ssh_port",
+        "cluster_ssh_port",
+        "ansible_port",
+    ],
+)
+@pytest.mark.parametrize("value", [0, -1, 65536, 99999, 8000.5, True, "http", "80 ", float("nan"), [80]])
+def test_a_port_is_an_integer_from_1_to_65535(name, value):
+    problems = run(setting(name, value))
+    assert problems_naming(problems, f"{name} ", "is not a port"), problems
+
+
+@pytest.mark.parametrize(
+    ("ports", "fragment"),
+    [
+        (
+            {"worker_ports": "10999-10002"},
+            "roce_network_ray_ports.worker_ports '10999-10002' is a reversed range",
+        ),
+        ({"worker_ports": "1-70000"}, 'roce_network_ray_ports.worker_ports "1-70000" is not a port'),
+        ({"gcs": "abc"}, 'roce_network_ray_ports.gcs "abc" is not a port'),
+        ({"gcs": 0}, "roce_network_ray_ports.gcs 0 is not a port"),
+        ({"gcs": 8000}, "vllm_serve_port 8000 and roce_network_ray_ports.gcs 8000 share port 8000"),
+        (
+            {"gcs": 10500},
+            "roce_network_ray_ports.gcs 10500 and roce_network_ray_ports.worker_ports 10002-10999 share",
+        ),
+        (
+            {"metrics_export": 6379},
+            "roce_network_ray_ports.gcs 6379 and roce_network_ray_ports.metrics_export 6379",
+        ),
+        ({"client_server": 22}, "share port 22"),
+    ],
+)
+def test_ray_ports_are_valid_and_distinct(ports, fragment):
+    merged = {**SETTINGS["roce_network_ray_ports"], **ports}
+    problems = run(setting("roce_network_ray_ports", merged))
+    assert problems_naming(problems, fragment), problems
+
+
+def test_ray_cluster_ports_override_roce_networks():
+    problems = run(setting("ray_cluster_ports", {"gcs": 873}))
+    assert problems_naming(
+        problems, "model_sync_rsyncd_port 873 and ray_cluster_ports.gcs 873 share port 873"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("model_sync_rsyncd_port", 22),
+        ("vllm_serve_port", 22),
+        ("vllm_serve_port", 873),
+        ("cluster_ssh_port", 8000),
+    ],
+)
+def test_services_do_not_share_a_port(name, value):
+    assert problems_naming(run(setting(name, value)), f"share port {value}")
+
+
+def test_ssh_ports_may_be_one_port():
+    assert (
+        run(
+            setting("cluster_ssh_port", 2222),
+            setting("roce_network_ssh_port", 2222),
+            setting("ansible_port", 2222),
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    "name", ["sparkops_gpu_memory_utilization", "sparkops_ray_memory_threshold", "sparkops_model_size_gib"]
+)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf"), "1e999", -1, -0.5])
+def test_a_fraction_or_size_that_is_not_finite_or_negative_is_refused_by_name(name, value):
+    problems = run(setting(name, value))
+    mine = problems_naming(problems, f"cluster: {name} ")
+    assert len(mine) == 1, problems
+    assert "differs" not in mine[0] and " has " not in mine[0], mine
+
+
+@pytest.mark.parametrize(
+    "name", [n for n, s in contract.safety.ROLE_SETTING.items() if s.kind in ("int", "number")]
+)
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1, "-1", "nan", -1e9])
+def test_role_numbers_refuse_nan_infinity_and_negatives_by_name(name, value):
+    problems = run(setting(name, value))
+    assert problems_naming(problems, f"{name} "), problems
+
+
+@pytest.mark.parametrize("value", [{"head": -1}, {"worker": float("nan")}, {"head": "x"}, [1.0], "3"])
+def test_the_ray_reserves_are_a_mapping_of_finite_numbers(value):
+    assert problems_naming(
+        run(setting("preflight_plan_ray_reserve_gib", value)), "preflight_plan_ray_reserve_gib "
+    )
+
+
+def test_the_ray_reserves_accept_numbers():
+    assert run(setting("preflight_plan_ray_reserve_gib", {"head": 4.2, "worker": "1.8"})) == []
+
+
+def test_nan_everywhere_is_still_one_value():
+    """NaN != NaN in Python: the consistency check must not call two NaNs different."""
+    problems = run(setting("sparkops_gpu_memory_utilization", math.nan))
+    assert problems == [p for p in problems if "not a finite number" in p] and len(problems) == 1, problems
+
+
+def test_the_role_defaults_pass_as_they_are():
+    """The baseline holds every role setting at its default: all of them must pass."""
+    assert set(contract.safety.ROLE_SETTING) <= set(baseline().hostvars["spark-1"])
+    assert contract.check(baseline()) == []
