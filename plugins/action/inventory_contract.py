@@ -60,6 +60,7 @@ def _plain(value):
 
 
 _NONE = object()
+SECRETS = {s.name for s in contract.SETTINGS if s.secret}
 
 
 class ActionModule(ActionBase):
@@ -113,10 +114,14 @@ class ActionModule(ActionBase):
                 try:
                     values[name] = _plain(templated[name])
                 except AnsibleError as exc:
+                    # the error of a secret's expression may quote what it was given: never show it
+                    why = "the error is not shown for a secret" if name in SECRETS else exc.message
                     unreadable.append(
-                        f"{host}: {name} cannot be evaluated ({exc.message}). Fix: correct the expression or the "
+                        f"{host}: {name} cannot be evaluated ({why}). Fix: correct the expression or the "
                         "variables it uses"
                     )
+                    # reported once, here: the checks skip it as they skip a vaulted value
+                    values[name] = contract.VAULTED
             for setting in contract.ROLE_SETTINGS:
                 if setting.name not in values and setting.name not in raw:
                     default = self._role_default(setting, templated)

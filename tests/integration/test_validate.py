@@ -555,3 +555,19 @@ def test_numbers_given_as_key_value_on_the_command_line_are_accepted(tmp_path, t
     assert proc.returncode != 0
     assert not marker.exists()
     assert "cluster: sparkops_max_model_len is the string '8k', not a whole number." in failure(proc)
+
+
+def test_a_value_that_cannot_be_evaluated_is_named_and_a_secrets_error_is_not_shown(tmp_path, tripwire):
+    script, marker = tripwire
+    inventory = baseline()
+    setting("sparkops_served_model_name", "{{ no_such_variable }}")(inventory)
+    setting("sparkops_api_key", "{{ 'sk-' ~ no_such_secret_source }}")(inventory)
+    proc = run_playbook(write_inventory(tmp_path, arm(inventory, script)))
+
+    assert proc.returncode != 0
+    assert not marker.exists()
+    msg = failure(proc)
+    assert "spark-1: sparkops_served_model_name cannot be evaluated (" in msg, msg
+    assert "no_such_variable" in msg, msg
+    assert "spark-1: sparkops_api_key cannot be evaluated (the error is not shown for a secret)" in msg, msg
+    assert "no_such_secret_source" not in msg, msg
