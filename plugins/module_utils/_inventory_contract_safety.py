@@ -442,8 +442,9 @@ def _directories(inv, h):
 def check_paths(inv):
     """Directories: absolute, plain, no system directory, and no two of the project's overlapping."""
     name = inv.ref.get("sparkops_cluster_name")
+    reserved = isinstance(name, str) and name in RESERVED_CLUSTER_NAMES
     p = []
-    if name in RESERVED_CLUSTER_NAMES:
+    if reserved:
         p.append(
             f"cluster: sparkops_cluster_name '{name}' is the name of the project's own directory "
             f"{RESERVED_CLUSTER_NAMES[name]}; the cluster's directories would share it. Fix: choose another name "
@@ -475,7 +476,7 @@ def check_paths(inv):
                 if {a_name, b_name} == {
                     "ray_cluster_state_dir",
                     "teardown_state_dir",
-                } or name in RESERVED_CLUSTER_NAMES:
+                } or reserved:
                     continue
                 if a == b or a.startswith(b + "/") or b.startswith(a + "/"):
                     how = "is" if a == b else ("is inside" if a.startswith(b + "/") else "holds")

@@ -1006,3 +1006,40 @@ def test_the_role_defaults_pass_as_they_are():
     """The baseline holds every role setting at its default: all of them must pass."""
     assert set(contract.safety.ROLE_SETTING) <= set(baseline().hostvars["spark-1"])
     assert contract.check(baseline()) == []
+
+
+ODD_VALUES = [
+    None,
+    True,
+    False,
+    0,
+    -1,
+    1.5,
+    math.nan,
+    math.inf,
+    "",
+    " ",
+    "x\n",
+    "\0",
+    [],
+    {},
+    [1],
+    {"a": 1},
+    "/",
+    "..",
+    "1-2",
+]
+EVERY_NAME = (
+    [s.name for s in contract.SETTINGS]
+    + list(contract.HOST_VARIABLES)
+    + [s.name for s in contract.ROLE_SETTINGS]
+)
+
+
+@pytest.mark.parametrize("name", EVERY_NAME)
+def test_no_value_of_any_type_crashes_the_contract(name):
+    """Whatever a variable holds, the contract answers with problems (or none), never an exception."""
+    for value in ODD_VALUES:
+        for mutate in (setting(name, value), host_var("spark-2", name, value)):
+            problems = run(mutate)
+            assert all(isinstance(p, str) and ". Fix: " in p for p in problems), (name, value, problems)
