@@ -4,7 +4,9 @@ Every case writes an inventory whose hosts are reachable only through a
 tripwire: ``ansible_ssh_executable`` points at a script that leaves a marker
 file and exits 255. Validation must never touch it, pass or fail. The baseline
 inventory passes; each bad case changes it in one way and expects the one
-failure to name the host, the variable, the value and the fix.
+failure to name the host, the variable, the value and the fix. The full tables
+of bad inventories run against the Python contract itself, in milliseconds, in
+tests/unit/plugins/module_utils/test_inventory_contract.py.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ansible_collections.sparkops.vllm.plugins.module_utils import _inventory_contract as contract
 
 ROOT = Path(__file__).resolve().parents[2]
 PLAYBOOK = ROOT / "playbooks" / "validate.yml"
@@ -42,7 +45,7 @@ SETTINGS = {
     "sparkops_ray_memory_monitor": True,
     "sparkops_ray_memory_threshold": 0.95,
     "sparkops_vllm_version": "0.17.1",
-    "sparkops_api_key": "",
+    "sparkops_api_key": "sk-0123456789abcdefghijklmnopqrstu",
     "sparkops_hf_token": None,
 }
 
@@ -107,23 +110,9 @@ def setting(name, value):
     return mutate
 
 
-def cluster_var(name, value):
-    def mutate(inv):
-        _cluster(inv)["vars"][name] = value
-
-    return mutate
-
-
 def host_var(host, name, value):
     def mutate(inv):
         _host(inv, host)[name] = value
-
-    return mutate
-
-
-def drop_host_var(host, name):
-    def mutate(inv):
-        _host(inv, host).pop(name)
 
     return mutate
 
@@ -137,15 +126,6 @@ def group_hosts(group, hosts):
     return mutate
 
 
-def cluster_hosts(hosts):
-    """Hosts directly in cluster, in neither head nor workers."""
-
-    def mutate(inv):
-        _cluster(inv)["hosts"] = copy.deepcopy(hosts)
-
-    return mutate
-
-
 def compose(*mutations):
     def mutate(inv):
         for mutation in mutations:
@@ -154,55 +134,9 @@ def compose(*mutations):
     return mutate
 
 
-SPARK_1 = {"ansible_host": "10.1.230.180", "ib_address": "192.168.200.12"}
-SPARK_2 = {"ansible_host": "10.1.230.181", "ib_address": "192.168.200.13"}
-SPARK_3 = {"ansible_host": "10.1.230.182", "ib_address": "192.168.200.14"}
-
-# id, mutation, number of problems reported, fragments of the failure message.
+# A few of the bad inventories of tests/unit/plugins/module_utils/test_inventory_contract.py
+# end to end: id, mutation, number of problems reported, fragments of the failure message.
 BAD = [
-    (
-        "two_heads",
-        compose(group_hosts("head", {"spark-1": SPARK_1, "spark-2": SPARK_2}), group_hosts("workers", {})),
-        1,
-        [
-            "spark-1, spark-2: group 'head' has 2 hosts (spark-1, spark-2); it needs exactly one.",
-            "Fix: keep spark-1 in head and move spark-2 to workers",
-        ],
-    ),
-    (
-        "no_head",
-        compose(
-            group_hosts("head", {}),
-            group_hosts("workers", {"spark-1": SPARK_1, "spark-2": SPARK_2}),
-        ),
-        1,
-        ["inventory: group 'head' has no host; it needs exactly one.", "Fix: put the node"],
-    ),
-    (
-        "host_in_neither_head_nor_workers",
-        compose(cluster_hosts({"spark-3": SPARK_3}), setting("sparkops_tensor_parallel_size", 3)),
-        1,
-        [
-            "spark-3: is in group cluster but in neither head nor workers",
-            "Fix: add spark-3 to workers (or to head)",
-        ],
-    ),
-    (
-        "host_in_head_and_workers",
-        group_hosts("workers", {"spark-1": {}, "spark-2": SPARK_2}),
-        1,
-        ["spark-1: is in both head and workers.", "Fix: remove spark-1 from one of the two groups"],
-    ),
-    (
-        "missing_ib_address",
-        drop_host_var("spark-2", "ib_address"),
-        1,
-        [
-            "spark-2: ib_address is not set.",
-            "Fix: give spark-2 its address on the RoCE link in 192.168.200.0/24 "
-            "in hosts.yml or host_vars/spark-2.yml",
-        ],
-    ),
     (
         "duplicate_ib_address",
         host_var("spark-2", "ib_address", "192.168.200.12"),
@@ -210,15 +144,6 @@ BAD = [
         [
             "spark-1, spark-2: share ib_address '192.168.200.12'",
             "Fix: give each of spark-1, spark-2 a different address in 192.168.200.0/24",
-        ],
-    ),
-    (
-        "ib_address_outside_subnet",
-        host_var("spark-2", "ib_address", "192.168.100.13"),
-        1,
-        [
-            "spark-2: ib_address '192.168.100.13' is outside sparkops_ib_subnet 192.168.200.0/24. "
-            "Fix: give spark-2 an address in 192.168.200.0/24 in hosts.yml or host_vars/spark-2.yml",
         ],
     ),
     (
@@ -238,152 +163,15 @@ BAD = [
         ],
     ),
     (
-        "ib_address_network_and_broadcast",
-        compose(
-            host_var("spark-1", "ib_address", "192.168.200.0"),
-            host_var("spark-2", "ib_address", "192.168.200.255"),
-        ),
-        2,
-        [
-            "spark-1: ib_address '192.168.200.0' is the network address of 192.168.200.0/24",
-            "spark-2: ib_address '192.168.200.255' is the broadcast address of 192.168.200.0/24",
-            "Fix: give spark-2 an address from 192.168.200.1 to 192.168.200.254",
-        ],
-    ),
-    (
-        "ib_address_is_the_management_address",
-        host_var("spark-1", "ib_address", "10.1.230.180"),
-        1,
-        [
-            "spark-1: ib_address '10.1.230.180' is the management address (ansible_host)",
-            "Fix: set ib_address to spark-1's address on the RoCE link in 192.168.200.0/24",
-        ],
-    ),
-    (
-        "subnet_not_a_cidr",
-        cluster_var("sparkops_ib_subnet", "192.168.200.0"),
-        1,
-        [
-            "cluster: sparkops_ib_subnet '192.168.200.0' is not a CIDR (network/prefix).",
-            "e.g. sparkops_ib_subnet: 192.168.200.0/24",
-        ],
-    ),
-    (
-        "subnet_with_host_bits",
-        cluster_var("sparkops_ib_subnet", "192.168.200.1/24"),
-        1,
-        [
-            "cluster: sparkops_ib_subnet '192.168.200.1/24' has host bits set",
-            "Fix: write sparkops_ib_subnet: 192.168.200.0/24",
-        ],
-    ),
-    (
-        "ib_interface_missing_or_an_rdma_device",
-        compose(cluster_var("ib_interface", ""), host_var("spark-1", "ib_interface", "rocep1s0f1")),
-        2,
-        [
-            "spark-1: ib_interface 'rocep1s0f1' is an RDMA device name, not a network interface",
-            "Fix: use the interface that `ibdev2netdev` maps rocep1s0f1 to",
-            "spark-2: ib_interface is not set. Fix: set it to the network interface of the RoCE port",
-        ],
-    ),
-    (
-        "mtu_mismatch",
-        host_var("spark-2", "ib_mtu", 1500),
-        1,
-        [
-            "spark-1, spark-2: ib_mtu differs between nodes (spark-1=9000, spark-2=1500)",
-            "Fix: use one MTU on every node: set ib_mtu once in group_vars/cluster/network.yml",
-        ],
-    ),
-    (
-        "mtu_out_of_range_and_quoted",
-        compose(cluster_var("ib_mtu", 9600), host_var("spark-2", "ib_mtu", "9600")),
-        2,
-        [
-            "spark-1: ib_mtu 9600 is outside 576..9216. Fix: use 9000",
-            "spark-2: ib_mtu is the string '9600', not an integer. Fix: write it unquoted: ib_mtu: 9600",
-        ],
-    ),
-    (
-        "parallelism_does_not_match_gpus",
-        setting("sparkops_tensor_parallel_size", 4),
-        1,
-        [
-            f"cluster: sparkops_tensor_parallel_size {TIMES} sparkops_pipeline_parallel_size "
-            f"= 4 {TIMES} 1 = 4, "
-            f"but the cluster has 2 GPUs (2 nodes {TIMES} sparkops_gpus_per_node 1).",
-            "Fix: set the product to 2, e.g. sparkops_tensor_parallel_size: 2 "
-            "and sparkops_pipeline_parallel_size: 1",
-            "or change the inventory to 4 nodes (4 GPUs at 1 per node)",
-        ],
-    ),
-    (
-        "fractions_out_of_range",
-        compose(
-            setting("sparkops_gpu_memory_utilization", 1.5), setting("sparkops_ray_memory_threshold", 1.0)
-        ),
-        2,
-        [
-            "cluster: sparkops_gpu_memory_utilization 1.5 is outside (0, 1]",
-            "Fix: set a fraction such as 0.85, or null to let the memory plan recommend one",
-            "cluster: sparkops_ray_memory_threshold 1.0 is outside (0, 1)",
-            "Fix: use a fraction such as 0.95",
-        ],
-    ),
-    (
         "numbers_and_strings_swapped",
-        compose(setting("sparkops_gpu_memory_utilization", "0.9"), setting("sparkops_vllm_version", 0.1)),
+        compose(setting("sparkops_gpu_memory_utilization", "0.9x"), setting("sparkops_vllm_version", 0.1)),
         2,
         [
-            "cluster: sparkops_gpu_memory_utilization is the string '0.9', not a number.",
-            "Fix: write it unquoted: sparkops_gpu_memory_utilization: 0.9",
+            "cluster: sparkops_gpu_memory_utilization is the string '0.9x', not a number.",
+            "Fix: write a number, e.g. sparkops_gpu_memory_utilization: null",
             "cluster: sparkops_vllm_version is the number 0.1, not a string",
             'Fix: quote it, e.g. sparkops_vllm_version: "0.17.1"',
         ],
-    ),
-    (
-        "model_settings_missing",
-        compose(
-            setting("sparkops_model_path", "models/qwen"),
-            setting("sparkops_model_id", ""),
-            setting("sparkops_served_model_name", ""),
-            setting("sparkops_max_model_len", 0),
-        ),
-        4,
-        [
-            "cluster: sparkops_model_path 'models/qwen' is relative; it must be absolute",
-            "cluster: sparkops_model_id is empty. Fix: set the Hugging Face repository id",
-            "cluster: sparkops_served_model_name '' is empty or contains whitespace",
-            "cluster: sparkops_max_model_len 0 is not a positive integer.",
-        ],
-    ),
-    (
-        "model_path_empty_and_max_len_quoted",
-        compose(setting("sparkops_model_path", ""), setting("sparkops_max_model_len", "32768")),
-        2,
-        [
-            "cluster: sparkops_model_path is empty. Fix: set the absolute path of the model directory",
-            "cluster: sparkops_max_model_len is the string '32768', not an integer. "
-            "Fix: write it unquoted: sparkops_max_model_len: 32768 (group_vars/all/model.yml)",
-        ],
-    ),
-    (
-        "boolean_given_as_string",
-        compose(setting("sparkops_cuda_graphs", "false"), setting("sparkops_ray_memory_monitor", "no")),
-        2,
-        [
-            "cluster: sparkops_cuda_graphs is the string 'false', not a boolean; "
-            "Jinja treats every non-empty string as true",
-            "Fix: write it unquoted: sparkops_cuda_graphs: false (group_vars/all/memory.yml)",
-            "Fix: write it unquoted: sparkops_ray_memory_monitor: false (group_vars/all/ray.yml)",
-        ],
-    ),
-    (
-        "cluster_name_invalid",
-        setting("sparkops_cluster_name", "Spark_VLLM"),
-        1,
-        ["cluster: sparkops_cluster_name 'Spark_VLLM' is not a valid name", "e.g. 'spark-vllm'"],
     ),
     (
         "setting_missing_and_secret_of_wrong_type",
@@ -399,6 +187,26 @@ BAD = [
         ],
     ),
     (
+        "hostile_values_of_every_class_before_any_contact",
+        compose(
+            setting("sparkops_api_key", "sk-0123456789abcdef\nLD_PRELOAD=/tmp/evil.so"),
+            setting("sparkops_model_path", "/usr/"),
+            setting("model_sync_rsyncd_port", "22"),
+            setting("sparkops_ray_memory_threshold", ".nan"),
+            lambda inv: _cluster(inv)["vars"].update(sparkops_ib_subnet="0.0.0.0/0"),
+            host_var("spark-2", "ansible_host", "10.1.230.180"),
+        ),
+        6,
+        [
+            "cluster: sparkops_api_key (value not shown) has a newline",
+            "cluster: sparkops_model_path '/usr/' is a system directory (/usr)",
+            "cluster: model_sync_rsyncd_port 22 and SSH's port 22 (roce_network_ssh_port, cluster_ssh_port) share port 22",
+            "cluster: sparkops_ray_memory_threshold is the string '.nan', not a number",
+            "cluster: sparkops_ib_subnet '0.0.0.0/0' has a /0 prefix, shorter than /16",
+            "spark-1, spark-2: share the management address '10.1.230.180'",
+        ],
+    ),
+    (
         "cluster_wide_setting_overridden_per_host",
         host_var("spark-2", "sparkops_model_path", "/data/qwen"),
         1,
@@ -407,16 +215,6 @@ BAD = [
             'but "/srv/models/Qwen3.5-122B-A10B-FP8" on spark-1',
             "Fix: set it once in group_vars/all/model.yml "
             "and remove the per-host value from spark-2's host vars",
-        ],
-    ),
-    (
-        "ib_prefix_leaves_out_a_peer",
-        host_var("spark-2", "ib_prefix", 32),
-        1,
-        [
-            "spark-2: ib_prefix 32 makes spark-2's on-link network 192.168.200.13/32, "
-            "which leaves out spark-1 (192.168.200.12)",
-            "Fix: remove ib_prefix to use the prefix of sparkops_ib_subnet (/24), or widen it",
         ],
     ),
 ]
@@ -513,6 +311,7 @@ def test_bad_inventory_fails_with_every_problem_named(tmp_path, tripwire, mutate
     assert len(listed) == count, msg
     for fragment in fragments:
         assert fragment in msg, f"{fragment!r} not in:\n{msg}"
+    assert "LD_PRELOAD" not in proc.stdout + proc.stderr, "a secret was echoed"
 
 
 def test_baseline_inventory_passes(tmp_path, tripwire):
@@ -539,10 +338,16 @@ def test_single_node_cluster_passes(tmp_path, tripwire):
     assert not marker.exists()
 
 
-def copy_sample(tmp_path, script):
-    """inventory/sample with the tripwire added as host_vars (the sample itself is untouched)."""
+def copy_sample(tmp_path, script, api_key="sk-0123456789abcdefghijklmnopqrstu"):
+    """inventory/sample with the tripwire added as host_vars (the sample itself is untouched), and a key."""
     inventory = tmp_path / "sample"
     shutil.copytree(SAMPLE, inventory)
+    secrets = inventory / "group_vars" / "all" / "secrets.yml"
+    assert 'sparkops_api_key: ""\n' in secrets.read_text()
+    if api_key is not None:
+        secrets.write_text(
+            secrets.read_text().replace('sparkops_api_key: ""\n', f"sparkops_api_key: {api_key}\n")
+        )
     (inventory / "host_vars").mkdir()
     for host in ("spark-1", "spark-2"):
         (inventory / "host_vars" / f"{host}.yml").write_text(
@@ -559,10 +364,49 @@ def test_sample_inventory_passes(tmp_path, tripwire):
     assert not marker.exists()
 
 
+def test_the_sample_as_shipped_refuses_its_empty_key(tmp_path, tripwire):
+    """The sample's key is empty and vLLM listens on 0.0.0.0 by default: an open API must be chosen."""
+    script, marker = tripwire
+    proc = run_playbook(copy_sample(tmp_path, script, api_key=None) / "hosts.yml")
+
+    assert proc.returncode != 0
+    assert not marker.exists()
+    assert problems(failure(proc)) == [
+        "cluster: sparkops_api_key is empty while vLLM's API listens on 0.0.0.0:8000 (vllm_serve_host), beyond "
+        "loopback: anyone who reaches that port can use the model. Fix: set a key of at least 16 characters "
+        "(group_vars/all/secrets.yml, vaulted), or bind the API to 127.0.0.1 with vllm_serve_host, or set "
+        "vllm_serve_allow_unauthenticated: true to serve it open on purpose (group_vars/all/vllm_serve.yml)"
+    ]
+    # Either choice in the inventory passes.
+    for choice in ("vllm_serve_allow_unauthenticated=true", "vllm_serve_host=127.0.0.1"):
+        name, value = choice.split("=")
+        proc = run_playbook(
+            copy_sample(tmp_path / name, script, api_key=None) / "hosts.yml",
+            PLAYBOOK,
+            "-e",
+            json.dumps({name: value == "true" or value}),
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_role_defaults_are_read_from_the_roles(tmp_path, tripwire):
+    """Settings of later stages left unset are checked with their role's default (roce_network's Ray ports)."""
+    script, marker = tripwire
+    proc = run_playbook(
+        write_inventory(tmp_path, arm(baseline(), script)), PLAYBOOK, "-e", "vllm_serve_port=6379"
+    )
+
+    assert proc.returncode != 0
+    assert not marker.exists()
+    assert "cluster: vllm_serve_port 6379 and roce_network_ray_ports.gcs 6379 share port 6379" in failure(
+        proc
+    ), failure(proc)
+
+
 def test_vaulted_secret_needs_no_vault_password(tmp_path, tripwire):
     """Stage 0 leaves vaulted values encrypted: no --vault-password-file here."""
     script, marker = tripwire
-    inventory = copy_sample(tmp_path, script)
+    inventory = copy_sample(tmp_path, script, api_key=None)
     password = tmp_path / "vault-password"
     password.write_text("not-a-real-password\n")
     encrypted = subprocess.run(
@@ -638,6 +482,12 @@ def test_a_failed_validation_ends_the_run_before_later_stages(tmp_path, tripwire
     assert marker.exists()
 
 
+def test_vars_hold_no_jinja_program():
+    """The contract is Python (plugins/module_utils/_inventory_contract.py), not templates in vars/."""
+    for path in ROLE.rglob("*.yml"):
+        assert "{%" not in path.read_text(), path
+
+
 def test_argument_specs_mirror_the_defaults():
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     options = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]["main"][
@@ -651,8 +501,7 @@ def test_argument_specs_mirror_the_defaults():
 
 def test_sample_inventory_documents_every_setting_where_the_messages_point():
     """Each fix message names the sample file of its setting; the sample must hold it there, commented."""
-    settings = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["_validate_settings"]
-    expected = {s["name"]: s["file"] for s in settings}
+    expected = {s.name: s.file for s in contract.SETTINGS}
     expected.update(ib_interface="group_vars/cluster/network.yml", ib_mtu="group_vars/cluster/network.yml")
 
     def is_setting(line):
@@ -681,18 +530,44 @@ def test_sample_inventory_documents_every_setting_where_the_messages_point():
             assert {"ansible_host", "ib_address"} <= set(hostvars), name
 
 
-def test_a_number_given_as_key_value_on_the_command_line_names_the_json_form(tmp_path, tripwire):
-    """`-e NAME=0.5` reaches Ansible as a string; the message says how to pass the number."""
+def test_numbers_given_as_key_value_on_the_command_line_are_accepted(tmp_path, tripwire):
+    """`-e NAME=8192` reaches Ansible as a string; one that is exactly a number is taken as the number."""
     script, marker = tripwire
+    inventory = write_inventory(tmp_path, arm(baseline(), script))
     proc = run_playbook(
-        write_inventory(tmp_path, arm(baseline(), script)),
+        inventory,
         PLAYBOOK,
         "-e",
+        "sparkops_max_model_len=8192",
+        "-e",
         "sparkops_gpu_memory_utilization=0.5",
+        "-e",
+        "ib_mtu=1500",
     )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not marker.exists()
+    [(_, result)] = [
+        (n, r) for n, r in task_results(proc) if n.endswith("Inventory is valid for a sparkops.vllm cluster")
+    ]
+    assert "at MTU 1500" in result["msg"], result["msg"]
+
+    proc = run_playbook(inventory, PLAYBOOK, "-e", "sparkops_max_model_len=8k")
+    assert proc.returncode != 0
+    assert not marker.exists()
+    assert "cluster: sparkops_max_model_len is the string '8k', not a whole number." in failure(proc)
+
+
+def test_a_value_that_cannot_be_evaluated_is_named_and_a_secrets_error_is_not_shown(tmp_path, tripwire):
+    script, marker = tripwire
+    inventory = baseline()
+    setting("sparkops_served_model_name", "{{ no_such_variable }}")(inventory)
+    setting("sparkops_api_key", "{{ 'sk-' ~ no_such_secret_source }}")(inventory)
+    proc = run_playbook(write_inventory(tmp_path, arm(inventory, script)))
 
     assert proc.returncode != 0
     assert not marker.exists()
     msg = failure(proc)
-    assert "sparkops_gpu_memory_utilization is the string '0.5', not a number" in msg, msg
-    assert """write -e '{"sparkops_gpu_memory_utilization": 0.5}'""" in msg, msg
+    assert "spark-1: sparkops_served_model_name cannot be evaluated (" in msg, msg
+    assert "no_such_variable" in msg, msg
+    assert "spark-1: sparkops_api_key cannot be evaluated (the error is not shown for a secret)" in msg, msg
+    assert "no_such_secret_source" not in msg, msg
