@@ -19,8 +19,7 @@ description:
     only a wrapper and is reported only when nothing above explains it.
   - Each finding's O(findings[].fix) names the sparkops.vllm setting to change, not only the raw vLLM flag.
   - Files are streamed line by line in constant memory; a 100 MB log takes seconds.
-  - The same parser runs without Ansible as
-    C(python -m ansible_collections.sparkops.vllm.plugins.module_utils._diagnose FILE... [--json]).
+  - The same parser runs without Ansible as C(sparkops diagnose FILE... [--json] [--context FILE]).
   - The module reads files on the managed node and changes nothing.
 author:
   - sparkops.vllm contributors

@@ -1,12 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: sparkops.vllm contributors
-"""The diagnose parser: real logs, written wordings per finding id, precedence, context, CLI."""
+"""The diagnose parser: real logs, written wordings per finding id, precedence, context, file interface."""
 
-import json
-import os
 import re
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -20,7 +16,6 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose import (
     diagnose_paths,
     diagnose_text,
     format_report,
-    main,
 )
 from conftest import FIXTURES, ROOT
 from hypothesis import given, settings
@@ -791,43 +786,6 @@ def test_memory_does_not_grow_with_the_log():
 
 
 # --- the file interface --------------------------------------------------------
-
-
-def test_python_dash_m_prints_a_report_and_json():
-    env = dict(os.environ, PYTHONPATH=str(ROOT / ".collections"))
-    module = "ansible_collections.sparkops.vllm.plugins.module_utils._diagnose"
-    path = str(REAL / "21_vllm_no_available_memory_cache_blocks_and_engine_init_failed_issue27508.txt")
-    text = subprocess.run(
-        [sys.executable, "-m", module, path], capture_output=True, text=True, env=env, check=False
-    )
-    assert text.returncode == 1
-    assert text.stdout.startswith("1. [ERROR] kv_cache_insufficient")
-    assert "Fix: " in text.stdout
-    as_json = subprocess.run(
-        [sys.executable, "-m", module, "--json", path], capture_output=True, text=True, env=env, check=False
-    )
-    assert json.loads(as_json.stdout)["root_cause"] == "kv_cache_insufficient"
-    clean = subprocess.run(
-        [sys.executable, "-m", module, str(REAL / "15_vllm_kv_cache_lines_v0.21_lmcache-3326.txt")],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert clean.returncode == 0
-    assert clean.stdout.startswith("No findings")
-
-
-def test_main_with_context_file(tmp_path, capsys):
-    context = tmp_path / "context.json"
-    context.write_text(json.dumps(SPARKS), encoding="utf-8")
-    log = tmp_path / "head.log"
-    log.write_text(
-        "This node has an IP address of 10.1.230.180, but we cannot find a local Raylet\n", encoding="utf-8"
-    )
-    assert main(["--json", "--context", str(context), str(log)]) == 1
-    result = json.loads(capsys.readouterr().out)
-    assert result["findings"][0]["severity"] == "error"
 
 
 def test_format_report_lists_hidden_wrappers():

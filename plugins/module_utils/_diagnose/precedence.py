@@ -1,0 +1,66 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+"""Which finding explains which: the precedence table, and the bounds every part shares."""
+
+from __future__ import annotations
+
+SEVERITIES = ("error", "warning", "info")
+_SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+
+# The precedence table. Findings are reported in this order: root causes first. Each
+# entry names the findings it explains when both are present; the reason is in
+# docs/diagnose.md. A wrapper (a finding that only ever reports that something else
+# failed) is dropped when something above explains it; any other explained finding
+# stays in the list, after its cause, and says so.
+PRECEDENCE: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "nvidia_driver_unavailable",
+        (
+            "cuda_oom",
+            "ray_placement_unsatisfiable",
+            "nccl_collective_timeout",
+            "engine_core_init_failed",
+        ),
+    ),
+    (
+        "ray_node_ip_mismatch",
+        (
+            "ray_placement_unsatisfiable",
+            "gloo_interface",
+            "nccl_socket_connect_failed",
+            "nccl_collective_timeout",
+            "engine_core_init_failed",
+        ),
+    ),
+    ("gloo_interface", ("nccl_collective_timeout", "engine_core_init_failed")),
+    ("nccl_socket_connect_failed", ("nccl_collective_timeout", "engine_core_init_failed")),
+    ("nccl_ib_error", ("nccl_collective_timeout", "engine_core_init_failed")),
+    ("ray_placement_unsatisfiable", ("engine_core_init_failed",)),
+    (
+        "ray_oom_kill",
+        (
+            "cuda_graph_capture_oom",
+            "cuda_oom",
+            "nccl_collective_timeout",
+            "engine_core_init_failed",
+        ),
+    ),
+    ("cuda_graph_capture_oom", ("cuda_oom", "nccl_collective_timeout", "engine_core_init_failed")),
+    ("startup_memory_short", ("kv_cache_insufficient", "cuda_oom", "engine_core_init_failed")),
+    ("kv_cache_insufficient", ("engine_core_init_failed",)),
+    ("cuda_oom", ("nccl_collective_timeout", "engine_core_init_failed")),
+    ("nccl_collective_timeout", ("engine_core_init_failed",)),
+    ("engine_core_init_failed", ()),
+)
+FINDING_IDS: tuple[str, ...] = tuple(entry[0] for entry in PRECEDENCE)
+_ORDER = {finding_id: index for index, finding_id in enumerate(FINDING_IDS)}
+_EXPLAINS = dict(PRECEDENCE)
+# Findings that only report that something else failed: hidden when explained.
+WRAPPERS = frozenset({"engine_core_init_failed"})
+
+MAX_EVIDENCE = 6
+# How far (in physical lines) a CUDA graph capture frame may sit from an OOM line and
+# still belong to the same traceback.
+_CAPTURE_WINDOW = 80
+_JUNCTION = 64
+_RECORD_STARTS = ("(", "[", "INFO ", "WARNING ", "DEBUG ")
