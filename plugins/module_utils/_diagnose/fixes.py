@@ -77,6 +77,73 @@ _FIXES = {
         "mismatch), or install a driver branch listed in `preflight_driver_branch_allowlist`; preflight "
         "stops a deploy on this."
     ),
+    "uma_driver_out_of_memory": (
+        "The GPU driver could not back a unified-memory allocation: the node's RAM was taken by the page "
+        "cache or another process. Drop the page cache before the start (`sync; echo 3 > "
+        "/proc/sys/vm/drop_caches`; `preflight_reclaim: true` also stops stale GPU consumers), then lower "
+        "`sparkops_gpu_memory_utilization` or leave it unset so the memory plan sizes it from the memory "
+        "really free (`sparkops preflight` shows the plan). A host that stopped answering needs a power cycle."
+    ),
+    "rdma_memory_registration_failed": (
+        "NCCL could not pin memory for RDMA: not a GID or HCA problem. Keep `ray_cluster_memlock_unlimited: "
+        "true` (and `vllm_serve_memlock_unlimited`) so the containers run with `--ulimit memlock=-1`; check "
+        "`ulimit -l` inside the container. With memlock unlimited, the kernel could not pin pages it holds in "
+        "CMA pageblocks: check `grep Cma /proc/meminfo`, drop the page cache before the start and lower "
+        "`sparkops_gpu_memory_utilization` so NCCL's buffers are not the last free pages."
+    ),
+    "ray_missing_in_image": (
+        "The image has no Ray: vLLM's own images dropped it in v0.18. Build or pull an image with Ray "
+        "(`vllm_image_source: build` with a Dockerfile that runs `pip install ray`, see "
+        "inventory/sample/group_vars/all/vllm_image.yml) and set `vllm_image_ref` to it; the same image "
+        "must run on every node."
+    ),
+    "worker_env_overwritten_by_head": (
+        "vLLM's Ray executor copies the head's NCCL_*/UCX_*/GLOO_* values to every worker (vLLM PR #14099), "
+        "which breaks a worker whose interface or HCA names differ. Keep the per-node names out of the "
+        "copy: list them in the container's `~/.config/vllm/ray_non_carry_over_env_vars.json` (vLLM "
+        "prints that path when it copies), or give every node the same names; set `ib_interface` per host "
+        "so each node's own value is right, and do not export them in the head's shell."
+    ),
+    "gpu_xid_error": (
+        "Read the Xid's meaning in the summary: an application Xid (13, 31, 43, 45) follows a bad kernel or "
+        "an image built for another GPU, so rerun with `sparkops_cuda_graphs: false` and the image's "
+        "own test; a hardware Xid (48, 64, 79, 94, 95, 119, 154) needs `nvidia-smi -q`, a reset or a reboot "
+        "of that node before a retry, and a driver in `preflight_driver_branch_allowlist`."
+    ),
+    "gpu_arch_unsupported": (
+        "The image was built without this GPU's architecture (on a DGX Spark: compute capability 12.1, "
+        "`TORCH_CUDA_ARCH_LIST=12.1a`). Use an image built for GB10 / sm_121 (`vllm_image_ref`, or "
+        "`vllm_image_source: build` with that arch list); a CUDA-12.8-or-older PyTorch cannot run on it."
+    ),
+    "engine_rpc_timeout": (
+        "A rank stopped answering mid-serving (a hung rank). On two Sparks the known cause is cross-node "
+        "tensor parallel with CUDA graphs on NCCL 2.28.9: use an image with NCCL 2.30.4 or newer "
+        "(`vllm_image_ref`), or set `sparkops_cuda_graphs: false` (adds --enforce-eager). Check the other "
+        "node's log for the rank that stopped."
+    ),
+    "cudagraph_memory_estimate_negative": (
+        "vLLM's CUDA graph memory estimate went negative, so it sized the KV cache too large and the "
+        "out-of-memory comes later. Set `sparkops_cuda_graphs: false` (adds --enforce-eager) or lower "
+        "`sparkops_gpu_memory_utilization` by the negative amount; leaving it unset lets the memory plan "
+        "keep its own graph-capture reserve."
+    ),
+    "model_files_unavailable": (
+        "The model is not where the process looks. Set `sparkops_model_path` to the directory model_sync "
+        "fills on every node (an absolute path, the same on head and workers) and `sparkops_model_id` to "
+        "its repository id; run `sparkops deploy` so model_sync copies it to the node that lacks it. "
+        "Offline mode (HF_HUB_OFFLINE=1) with a repo id only works when the cache already holds it."
+    ),
+    "nccl_library_mismatch": (
+        "More than one NCCL is in the image and the one loaded is not the one PyTorch or vLLM was built "
+        "for. Use an image with one NCCL (`vllm_image_ref`; `pip list | grep nccl` and `find / -name "
+        "'libnccl.so*'` in the image), or point VLLM_NCCL_SO_PATH at the intended one through the image."
+    ),
+    "ray_gcs_lost": (
+        "A raylet lost the GCS it had joined: the head's Ray died (killed, out of memory, restarted), "
+        "which is not an addressing problem. Look at the head's log for why (a ray_oom_kill or "
+        "uma_driver_out_of_memory finding there), then restart the cluster (`sparkops restart`); keep "
+        "`sparkops_ray_memory_monitor` and earlyoom settings so the head is not the process killed."
+    ),
     "engine_core_init_failed": (
         "vLLM's wrapper hides the cause: run diagnose on the complete logs of every node (the worker lines "
         "above the wrapper), with `context`; without a cause, retry with `sparkops_cuda_graphs: false` and "
@@ -117,7 +184,14 @@ def _plan_recommendation(plan: dict):
 def _fix(finding_id: str, acc: _Finding, scanner: Scanner) -> str:
     fix = _FIXES[finding_id]
     plan = scanner.context.memory_plan
-    memory_ids = {"ray_oom_kill", "cuda_graph_capture_oom", "startup_memory_short", "cuda_oom"}
+    memory_ids = {
+        "ray_oom_kill",
+        "cuda_graph_capture_oom",
+        "startup_memory_short",
+        "cuda_oom",
+        "uma_driver_out_of_memory",
+        "cudagraph_memory_estimate_negative",
+    }
     if finding_id in memory_ids and plan:
         peak, limit, where = _plan_peak(plan)
         if plan.get("fits") is False and peak is not None and limit is not None:

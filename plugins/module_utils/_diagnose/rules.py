@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules_runtime import RUNTIME_RULES
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rule_syntax import (
     _ADDR,
     _NUM,
@@ -17,8 +18,11 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rule_synta
 
 # Pseudo findings resolved at the end: "_oom" becomes cuda_graph_capture_oom or
 # cuda_oom, "_socket_fallback" becomes an nccl_ib_error warning on a multi-node log.
-# Order matters: the first rule that matches a line wins.
+# "_nccl_version" lines are compared at the end (nccl_library_mismatch).
+# Order matters: the first rule that matches a line wins; the run-time rules
+# (rules_runtime.py) come first.
 RULES: tuple[Rule, ...] = (
+    *RUNTIME_RULES,
     # --- Ray's memory monitor (four generations of wording) ---
     _rule("ray_oom_kill", "error", "task_killed", r"killed due to the node running low on memory", "killed"),
     _rule(
@@ -29,6 +33,24 @@ RULES: tuple[Rule, ...] = (
         rf"{_NUM} ?GB / {_NUM} ?GB \({_NUM}\),? which exceeds the memory usage threshold of {_NUM}",
     ),
     _rule("ray_oom_kill", "error", "threshold", rf"exceeds the memory usage threshold of {_NUM}"),
+    # Ray 2.0-2.1 (ray-project/ray#28774): "System memory low at node with IP 172.31.66.10. Used
+    # memory (54.90GB) / total capacity (57.60GB) (0.95307) exceeds threshold 0.95, killing latest task"
+    _rule(
+        "ray_oom_kill",
+        "error",
+        "usage",
+        r"System memory low at node with IP " + _ADDR + rf"\. Used memory \({_NUM} ?GB\) / total capacity "
+        rf"\({_NUM} ?GB\) \({_NUM}\),? exceeds threshold {_NUM}",
+        "system memory low",
+    ),
+    _rule(
+        "ray_oom_kill",
+        "error",
+        "threshold",
+        rf"System memory low at node|exceeds threshold {_NUM}, killing latest task",
+        "system memory low",
+        "killing latest task",
+    ),
     _rule(
         "ray_oom_kill",
         "error",
@@ -254,7 +276,8 @@ RULES: tuple[Rule, ...] = (
         "nccl_socket_connect_failed",
         "error",
         "no_interface",
-        r"NCCL WARN (?:Bootstrap|NET/Socket) ?: ?no (?:socket )?interface found",
+        # Also in a "Last error:" block of torch's DistBackendError, with no NCCL WARN in front.
+        r"(?:Bootstrap|NET/Socket) ?: ?no (?:socket )?interface found",
     ),
     _rule(
         "nccl_socket_connect_failed",
@@ -267,6 +290,22 @@ RULES: tuple[Rule, ...] = (
     # --- torch.distributed rendezvous and Gloo ---
     _rule("gloo_interface", "error", "no_address", r"Unable to find (?:address|interface) for:? ?(\S+)"),
     _rule("gloo_interface", "error", "full_mesh", r"Gloo connectFullMesh failed"),
+    # torch ProcessGroupGloo (vllm-project/vllm#7074, aws-samples/aws-do-eks#50): the host name
+    # resolves to no local address, so Gloo binds to loopback and peers dial 127.x.
+    _rule(
+        "gloo_interface",
+        "error",
+        "loopback",
+        r"Unable to resolve hostname to a \(local\) address",
+        "resolve hostname",
+    ),
+    _rule(
+        "gloo_interface",
+        "error",
+        "remote",
+        r"SO_ERROR: (Connection refused|Connection timed out|No route to host), remote=\[?([0-9A-Fa-f.:]+?)\]?:(\d+)",
+        "so_error",
+    ),
     _rule(
         "gloo_interface",
         "error",

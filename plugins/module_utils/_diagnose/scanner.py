@@ -19,7 +19,6 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.precedence
     _ORDER,
     _RECORD_STARTS,
     FINDING_IDS,
-    MAX_EVIDENCE,
     WRAPPERS,
 )
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.prefilter import (
@@ -36,6 +35,7 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.prefilter 
     _mask_tokens,
     _may_match,
 )
+from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose import resolve
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rule_syntax import Rule
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules import (
     _CAPTURE_END,
@@ -48,6 +48,11 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules impo
     _MEMORY_HINTS,
     _NODE_IP,
 )
+from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules_runtime import (
+    NCCL_RELEASE,
+    PROVENANCE,
+    SYSLOG_ESCAPED_SGR,
+)
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.state import _Context, _Event, _Finding
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.summaries import _SUMMARIES
 from ansible_collections.sparkops.vllm.plugins.module_utils._log_lines import (
@@ -57,6 +62,14 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._log_lines import (
     strip_ansi_bytes,
 )
 from ansible_collections.sparkops.vllm.plugins.module_utils._vllm_memory_log import parse_memory_lines
+
+
+def _clean(raw: str) -> str:
+    """:func:`clean_physical`, and colour codes whose ESC byte was escaped (``#033[36m``)."""
+    line = clean_physical(raw)
+    if "#033[" in line or "ESC[" in line:
+        line = SYSLOG_ESCAPED_SGR.sub("", line)
+    return line
 
 
 class Scanner:
@@ -87,6 +100,11 @@ class Scanner:
         self._oom_events: list[_Event] = []
         self._seen_hosts: set[str] = set()
         self._socket_fallback: list[_Event] = []
+        # NCCL release -> the version lines that printed it (a few each, a few releases).
+        self._nccl_versions: dict[str, list[_Event]] = {}
+        # Set once vLLM said it serves: a stalled broadcast after that is a hung rank.
+        self._serving = False
+        self.nccl_releases: set[str] = set()
 
     # -- input -----------------------------------------------------------------
     def start_path(self, path: str | None) -> None:
@@ -108,7 +126,7 @@ class Scanner:
         """Look at one physical line."""
         self.lines_read += 1
         self.bytes_read += len(raw)
-        self._look(clean_physical(raw), number)
+        self._look(_clean(raw), number)
 
     def feed_file(self, path: str, block_size: int = 1 << 20) -> None:
         """Feed the current file from ``path``: the same as :meth:`feed_lines`, faster.
@@ -144,7 +162,7 @@ class Scanner:
                     self._restore(previous, number + index)
                 mask = picked[index]
                 self._look(
-                    clean_physical(lines[index].decode("utf-8", "replace")),
+                    _clean(lines[index].decode("utf-8", "replace")),
                     number + index + 1,
                     TRIGGER_TOKENS if mask < 0 else _mask_tokens(mask),
                 )
@@ -156,7 +174,7 @@ class Scanner:
 
     def _restore(self, raw: bytes, number: int) -> None:
         """Leave the state :meth:`feed` leaves after a line it did not look at closely."""
-        self._prev_line = clean_physical(raw.decode("utf-8", "replace"))
+        self._prev_line = _clean(raw.decode("utf-8", "replace"))
         self._prev_number = number
         self._prev_matched = False
 
@@ -202,6 +220,8 @@ class Scanner:
         plain = stripped.isascii()
         odd = (
             b"\r" in stripped
+            or b"#033[" in stripped
+            or b"ESC[" in stripped
             or stripped.startswith(b"E   ")
             or _E_LINE.search(stripped) is not None
             or (not plain and any(code[-1:] in stripped and code in stripped for code in _LOWER_TO_ASCII))
@@ -214,7 +234,12 @@ class Scanner:
             return picked
         hosts = []
         for index, line in enumerate(stripped_lines):
-            if b"\r" in line or any(code in line for code in _LOWER_TO_ASCII):
+            if (
+                b"\r" in line
+                or b"#033[" in line
+                or b"ESC[" in line
+                or any(code in line for code in _LOWER_TO_ASCII)
+            ):
                 picked[index] = -1
                 if index + 1 < count:
                     picked.setdefault(index + 1, 0)
@@ -235,6 +260,10 @@ class Scanner:
 
     def _look(self, line: str, number: int, among: tuple[str, ...] = TRIGGER_TOKENS) -> None:
         """Look at one cleaned physical line; ``among`` holds every trigger token it may hold."""
+        if line.startswith(PROVENANCE):
+            # A fixture's source line describes the log; it is not part of it.
+            self._prev_line, self._prev_number, self._prev_matched = "", number, False
+            return
         low = _ascii_lower(line)
         tokens = tuple(filter(low.__contains__, among))
         if "ip=" in low:
@@ -351,8 +380,18 @@ class Scanner:
         if rule.finding == "_oom":
             self._record_oom(event)
         elif rule.finding == "_socket_fallback":
-            if len(self._socket_fallback) < MAX_EVIDENCE:
-                self._socket_fallback.append(event)
+            resolve.bounded_append(self._socket_fallback, event)
+        elif rule.finding == "_nccl_version":
+            release = NCCL_RELEASE.match(groups[0] or "")
+            if release and (release.group(0) in self._nccl_versions or len(self._nccl_versions) < 8):
+                resolve.bounded_append(self._nccl_versions.setdefault(release.group(0), []), event)
+        elif rule.finding == "gpu_xid_error" and groups[1] == "79":
+            # Xid 79: the GPU fell off the bus, so the driver cannot reach it at all.
+            event.finding, event.kind = "nvidia_driver_unavailable", "gpu_lost"
+            self._add(event)
+        elif rule.kind == "broadcast" and not self._serving:
+            # During the first compile or load the engine waits on its workers: normal.
+            return
         else:
             self._add(event)
 
@@ -392,6 +431,7 @@ class Scanner:
                 if 0 <= number - event.line <= _CAPTURE_WINDOW and event.path == self._path:
                     event.during_capture = True
         if _may_match(_CAPTURE_END_GATE, low, plain) and _CAPTURE_END.search(text):
+            self._serving = self._serving or "application startup complete" in low
             if source is None or "graph capturing finished" not in low:
                 self._capture_active = False
             else:
@@ -430,10 +470,12 @@ class Scanner:
             self._add(event)
         self._oom_events.clear()
         multi_node = len(self._seen_hosts) > 1 or len(self.context.hosts) > 1
-        if multi_node:
-            for event in self._socket_fallback:
-                event.finding = "nccl_ib_error"
-                self._add(event)
+        resolve.socket_fallback(self.findings, self._socket_fallback, multi_node, self.context)
+        self._socket_fallback.clear()
+        self.nccl_releases = set(self._nccl_versions)
+        resolve.nccl_versions(self.findings, self._nccl_versions)
+        self._nccl_versions.clear()
+        resolve.single_driver_oom_line(self.findings)
 
         present = set(self.findings)
         explained_by: dict[str, list[str]] = {}
@@ -445,6 +487,7 @@ class Scanner:
                     explained_by.setdefault(effect, []).append(cause)
 
         self._sharpen_with_context()
+        resolve.causes_become_errors(self.findings)
         findings = []
         explained = []
         for finding_id in sorted(present, key=_ORDER.__getitem__):

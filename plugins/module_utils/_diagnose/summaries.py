@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING
 
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules import _NODE_IP
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.state import _Finding
+from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.summaries_runtime import (
+    RUNTIME_SUMMARIES,
+)
 
 if TYPE_CHECKING:
     from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.scanner import Scanner
@@ -228,6 +231,9 @@ def _sum_gloo(acc: _Finding, scanner: Scanner) -> str:
     if no_address:
         parts.append(f"Gloo found no address on interface {no_address[0]}{_where(acc)} (GLOO_SOCKET_IFNAME)")
     connect = acc.kinds.get("connect")
+    remote = acc.kinds.get("remote")
+    if remote and not connect:
+        connect = (remote[1], remote[2], remote[0])
     if connect:
         parts.append(f"Gloo could not connect to {connect[0]}:{connect[1]} ({connect[2]})")
         if connect[0].startswith("127."):
@@ -239,6 +245,11 @@ def _sum_gloo(acc: _Finding, scanner: Scanner) -> str:
         parts.append(scanner.context.describe_address(c10d[0]).strip())
     if "full_mesh" in acc.kinds:
         parts.append("Gloo could not connect its full mesh between the ranks")
+    if "loopback" in acc.kinds:
+        parts.append(
+            f"torch could not resolve the host name to a local address{_where(acc)} and bound Gloo to "
+            "loopback (GLOO_SOCKET_IFNAME unset or wrong)"
+        )
     return "; ".join(part for part in parts if part) + "."
 
 
@@ -272,7 +283,12 @@ def _sum_driver(acc: _Finding, scanner: Scanner) -> str:
         return text
     if "too_old" in acc.kinds:
         return f"The NVIDIA driver{_where(acc)} is too old for the CUDA runtime in the image."
-    if "no_devices" in acc.kinds or "kernel" in acc.kinds or "gpu_lost" in acc.kinds:
+    if "gpu_lost" in acc.kinds:
+        return (
+            f"The GPU has fallen off the bus{_where(acc)} (Xid 79): the driver can no longer reach it; "
+            "nothing on that node can use the GPU until it is reset or the node rebooted."
+        )
+    if "no_devices" in acc.kinds or "kernel" in acc.kinds:
         return (
             f"The driver is loaded{_where(acc)} but no GPU is usable (no devices, or the kernel module "
             "failed)."
@@ -303,4 +319,5 @@ _SUMMARIES = {
     "nccl_collective_timeout": _sum_timeout,
     "nvidia_driver_unavailable": _sum_driver,
     "engine_core_init_failed": _sum_engine,
+    **RUNTIME_SUMMARIES,
 }
