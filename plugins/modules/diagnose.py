@@ -18,7 +18,9 @@ description:
   - Findings follow a documented precedence table (see C(docs/diagnose.md)). V(engine_core_init_failed) is
     only a wrapper and is reported only when nothing above explains it.
   - Each finding's O(findings[].fix) names the sparkops.vllm setting to change, not only the raw vLLM flag.
-  - Files are streamed line by line in constant memory; a 100 MB log takes seconds.
+  - Files are streamed in blocks in constant memory; a 100 MB log takes seconds. A line longer than
+    64 KiB (a newline-free file) is cut there, so memory stays bounded and line numbers still match.
+  - Only regular files are read; a FIFO, a device or a directory fails with its name, without blocking.
   - The same parser runs without Ansible as C(sparkops diagnose FILE... [--json] [--context FILE]).
   - The module reads files on the managed node and changes nothing.
 author:

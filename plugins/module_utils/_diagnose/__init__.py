@@ -21,7 +21,7 @@ and ``sparkops diagnose FILE...`` all call :func:`diagnose_paths` /
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.precedence import (
     FINDING_IDS,
@@ -45,6 +45,7 @@ __all__ = [
     "Scanner",
     "diagnose_lines",
     "diagnose_paths",
+    "diagnose_stream",
     "diagnose_text",
     "format_report",
 ]
@@ -67,12 +68,21 @@ def diagnose_paths(paths: Iterable[str], context: Mapping[str, Any] | None = Non
     """Diagnose one or more log files, streaming each; findings span all files.
 
     Evidence items carry ``path`` so lines from different files stay apart; a file
-    given in ``context.path_hosts`` lends its host to lines that name none.
+    given in ``context.path_hosts`` lends its host to lines that name none. Only
+    regular files are read (OSError otherwise, naming what the path is).
     """
     scanner = Scanner(context)
     for path in paths:
         scanner.start_path(str(path))
         scanner.feed_file(str(path))
+    return scanner.finish()
+
+
+def diagnose_stream(handle: BinaryIO, context: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Diagnose a log read from a binary stream (standard input), bounded as files are."""
+    scanner = Scanner(context)
+    scanner.start_path(None)
+    scanner.feed_stream(handle)
     return scanner.finish()
 
 

@@ -123,6 +123,8 @@ CAUSE_WARNINGS = frozenset(
 )
 
 MAX_EVIDENCE = 6
+# An evidence line longer than this is cut (the report quotes a line, not a blob).
+MAX_EVIDENCE_CHARS = 2000
 # How far (in physical lines) a CUDA graph capture frame may sit from an OOM line and
 # still belong to the same traceback.
 _CAPTURE_WINDOW = 80

@@ -9,7 +9,7 @@ from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable, Mapping
 from itertools import accumulate
-from typing import Any
+from typing import Any, BinaryIO
 
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.fixes import _fix
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.precedence import (
@@ -36,6 +36,12 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.prefilter 
     _may_match,
 )
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose import resolve
+from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.reading import (
+    BLOCK_BYTES,
+    MAX_LINE_BYTES,
+    iter_blocks,
+    open_regular,
+)
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rule_syntax import Rule
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules import (
     _CAPTURE_END,
@@ -57,7 +63,6 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.state impo
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.summaries import _SUMMARIES
 from ansible_collections.sparkops.vllm.plugins.module_utils._log_lines import (
     clean_physical,
-    iter_path_chunks,
     normalize,
     strip_ansi_bytes,
 )
@@ -126,10 +131,15 @@ class Scanner:
         """Look at one physical line."""
         self.lines_read += 1
         self.bytes_read += len(raw)
-        self._look(_clean(raw), number)
+        self._look(_clean(raw[:MAX_LINE_BYTES]), number)
 
-    def feed_file(self, path: str, block_size: int = 1 << 20) -> None:
-        """Feed the current file from ``path``: the same as :meth:`feed_lines`, faster.
+    def feed_file(self, path: str, block_size: int = BLOCK_BYTES) -> None:
+        """Feed the current file from ``path`` (a regular file only, see ``reading``)."""
+        with open_regular(path) as handle:
+            self.feed_stream(handle, block_size)
+
+    def feed_stream(self, handle: BinaryIO, block_size: int = BLOCK_BYTES) -> None:
+        """Feed the current file from a binary stream: the same as :meth:`feed_lines`, faster.
 
         The file is read in blocks of whole lines; a few regex passes per block (see
         ``_PIVOT_SCANNERS``) pick the lines that :meth:`feed` would look at closely:
@@ -141,7 +151,7 @@ class Scanner:
         number = 0
         # The last line of the block before, when it was not fed one by one.
         held: bytes | None = None
-        for block in iter_path_chunks(path, block_size):
+        for block in iter_blocks(handle, block_size):
             lines = block.split(b"\n")
             if block.endswith(b"\n"):
                 lines.pop()
@@ -162,7 +172,7 @@ class Scanner:
                     self._restore(previous, number + index)
                 mask = picked[index]
                 self._look(
-                    _clean(lines[index].decode("utf-8", "replace")),
+                    _clean(lines[index][:MAX_LINE_BYTES].decode("utf-8", "replace")),
                     number + index + 1,
                     TRIGGER_TOKENS if mask < 0 else _mask_tokens(mask),
                 )
@@ -174,7 +184,7 @@ class Scanner:
 
     def _restore(self, raw: bytes, number: int) -> None:
         """Leave the state :meth:`feed` leaves after a line it did not look at closely."""
-        self._prev_line = _clean(raw.decode("utf-8", "replace"))
+        self._prev_line = _clean(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
         self._prev_number = number
         self._prev_matched = False
 

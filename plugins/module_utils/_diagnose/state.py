@@ -11,6 +11,7 @@ from typing import Any
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.precedence import (
     _SEVERITY_RANK,
     MAX_EVIDENCE,
+    MAX_EVIDENCE_CHARS,
 )
 
 
@@ -58,7 +59,8 @@ class _Finding:
         if key in self.seen or len(self.evidence) >= MAX_EVIDENCE:
             return
         self.seen.add(key)
-        item: dict[str, Any] = {"line": event.line, "text": event.text.strip()}
+        text = key[0] if len(key[0]) <= MAX_EVIDENCE_CHARS else key[0][:MAX_EVIDENCE_CHARS] + " [...]"
+        item: dict[str, Any] = {"line": event.line, "text": text}
         if event.host:
             item["host"] = event.host
         if event.path:
