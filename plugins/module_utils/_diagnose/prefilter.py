@@ -93,8 +93,10 @@ def _trie_source(node: dict[str, Any]) -> str:
     return alternatives[0] if len(alternatives) == 1 else "(?:" + "|".join(alternatives) + ")"
 
 
-def _pivot_scanners(tokens: Iterable[str]) -> tuple[tuple[re.Pattern[bytes], int, int, tuple[str, ...]], ...]:
-    """One ``(regex, before, after, tokens)`` per pivot letter.
+def _pivot_scanners(
+    tokens: Iterable[str],
+) -> tuple[tuple[re.Pattern[bytes], int, int, tuple[str, ...], tuple[tuple[int, bytes], ...]], ...]:
+    """One ``(regex, before, after, tokens, spans)`` per pivot letter.
 
     The regex matches the pivot letter of any of ``tokens`` (the rest of the token is
     checked by look-ahead and look-behind, so overlapping tokens are all found, and a
@@ -119,11 +121,30 @@ def _pivot_scanners(tokens: Iterable[str]) -> tuple[tuple[re.Pattern[bytes], int
         before = max(index for index, _ in items)
         after = max(len(token) - index for index, token in items)
         ordered = tuple(token for _, token in items)
-        scanners.append((re.compile(source.encode("ascii")), before, after, ordered))
+        spans = tuple((index, token.encode("ascii")) for index, token in items)
+        scanners.append((re.compile(source.encode("ascii")), before, after, ordered, spans))
     return tuple(scanners)
 
 
 _PIVOT_SCANNERS = _pivot_scanners(TRIGGER_TOKENS)
+
+
+def _matched_span(joined: bytes, at: int, spans: tuple[tuple[int, bytes], ...]) -> tuple[int, int]:
+    """``(before, after)`` of the tokens that really match at pivot ``at`` of ``joined``.
+
+    A scanner's own ``before`` / ``after`` hold for its longest token; a match near a
+    line's edge is measured exactly, so a long token in the same pass does not make
+    every short one look as if it reached into the next line.
+    """
+    before = after = 0
+    for index, token in spans:
+        start = at - index
+        if start >= 0 and joined.startswith(token, start):
+            before = max(before, index)
+            after = max(after, len(token) - index)
+    return before, after
+
+
 # The tokens of the scanners in a bit mask (bit i: _PIVOT_SCANNERS[i]), filled on use.
 _MASK_TOKENS: dict[int, tuple[str, ...]] = {}
 

@@ -100,7 +100,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "error",
         "ptxas",
         r"ptxas fatal ?: Value '(sm_\w+)' is not defined for option 'gpu-name'",
-        "ptxas",
+        # Not "ptxas": its letters are all common ones, and the prefilter needs one rare
+        # letter per token (prefilter._PIVOT_PREFERENCE) to stay one pass per letter.
+        "for option 'gpu-name'",
     ),
     # --- the engine's RPC to a worker timed out (vllm-project/vllm#41530, #40926, #46611,
     # eugr/spark-vllm-docker#321: "TimeoutError: RPC call to sample_tokens timed out.") ---

@@ -33,6 +33,7 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.prefilter 
     _ascii_lower,
     _candidate_rules,
     _mask_tokens,
+    _matched_span,
     _may_match,
 )
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose import resolve
@@ -202,12 +203,16 @@ class Scanner:
         last_byte = len(joined) - 1
         picked: dict[int, int] = {}
         count = len(lines)
-        for bit, (scanner, before, after, _tokens) in enumerate(_PIVOT_SCANNERS):
+        for bit, (scanner, longest_before, longest_after, _tokens, spans) in enumerate(_PIVOT_SCANNERS):
             flag = 1 << bit
             for match in scanner.finditer(joined):
                 at = match.start()
                 line = bisect_right(starts, at) - 1
                 end = starts[line + 1]
+                before, after = longest_before, longest_after
+                if at - before < starts[line] or at + after > end - _TAIL_BYTES:
+                    # Near an edge of the line: measure the token that is there.
+                    before, after = _matched_span(joined, at, spans)
                 if at - before < starts[line] or at + after > end:
                     # The token may cross line breaks: take every line it may touch.
                     first = bisect_right(starts, max(at - before, 0)) - 1

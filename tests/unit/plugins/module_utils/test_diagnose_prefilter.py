@@ -288,3 +288,10 @@ def test_a_phrase_cut_inside_its_trigger_word_is_found_in_and_across_blocks(tmp_
                 assert fast == reference, (line, cut, block_size)
         checked += 1
     assert checked > 30
+
+
+def test_every_pivot_is_a_rare_letter():
+    # One regex pass per pivot letter over every block: a token whose letters are all
+    # common (a, e, s, t, ...) would add a pass that matches nearly everywhere.
+    pivots = {entry[0].pattern[:1].decode() for entry in prefilter._PIVOT_SCANNERS}
+    assert pivots <= set(prefilter._PIVOT_PREFERENCE)
