@@ -41,14 +41,14 @@ RULES: tuple[Rule, ...] = (
         "usage",
         r"System memory low at node with IP " + _ADDR + rf"\. Used memory \({_NUM} ?GB\) / total capacity "
         rf"\({_NUM} ?GB\) \({_NUM}\),? exceeds threshold {_NUM}",
-        "system memory low",
+        "low at node with ip",
     ),
     _rule(
         "ray_oom_kill",
         "error",
         "threshold",
         rf"System memory low at node|exceeds threshold {_NUM}, killing latest task",
-        "system memory low",
+        "low at node",
         "killing latest task",
     ),
     _rule(
@@ -304,7 +304,7 @@ RULES: tuple[Rule, ...] = (
         "error",
         "remote",
         r"SO_ERROR: (Connection refused|Connection timed out|No route to host), remote=\[?([0-9A-Fa-f.:]+?)\]?:(\d+)",
-        "so_error",
+        ", remote=",
     ),
     _rule(
         "gloo_interface",

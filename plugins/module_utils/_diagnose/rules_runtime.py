@@ -21,7 +21,9 @@ RUNTIME_RULES: tuple[Rule, ...] = (
     # NVIDIA/open-gpu-kernel-modules#1358, vllm-project/vllm#56824, vllm#41834: the kernel
     # prints "NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY]
     # (0x00000051) returned from _memdescAllocInternal(pMemDesc)", often with no CUDA text.
-    _rule("uma_driver_out_of_memory", "error", "nvrm", r"NV_ERR_NO_MEMORY"),
+    # (Anchors hold neither "memory" nor "error": lines with those words are common, and
+    # each anchor holding one is tested on all of them.)
+    _rule("uma_driver_out_of_memory", "error", "nvrm", r"NV_ERR_NO_MEMORY", "nv_err_no_mem"),
     _rule(
         "uma_driver_out_of_memory",
         "error",
@@ -52,7 +54,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "error",
         "ofi",
         r"Unable to register memory.*?(Cannot allocate memory|Bad address)",
-        "register memory",
+        "unable to register",
     ),
     # --- the image has no Ray (vllm-project/vllm#754 wording; gpustack/gpustack#5430:
     # vLLM's own image dropped Ray in v0.18) ---
@@ -94,7 +96,7 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         r"no kernel image is available for execution on (?:the|this) device",
         "no kernel image",
     ),
-    _rule("gpu_arch_unsupported", "error", "no_kernel", r"cudaErrorNoKernelImageForDevice"),
+    _rule("gpu_arch_unsupported", "error", "no_kernel", r"cudaErrorNoKernelImageForDevice", "nokernelimage"),
     _rule(
         "gpu_arch_unsupported",
         "error",
@@ -120,14 +122,14 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "warning",
         "estimate",
         r"Estimated CUDA graph memory: (-\d+(?:\.\d+)?) ?GiB",
-        "cuda graph memory",
+        "estimated cuda graph",
     ),
     _rule(
         "cudagraph_memory_estimate_negative",
         "warning",
         "actual",
         r"(-\d+(?:\.\d+)?) ?GiB for CUDAGraph memory",
-        "cudagraph memory",
+        "gib for cudagraph",
     ),
     _rule(
         "cudagraph_memory_estimate_negative",
@@ -142,8 +144,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "error",
         "offline",
         r"LocalEntryNotFoundError|cannot find the requested files in the local cache|OfflineModeIsEnabled",
-        "localentrynotfounderror",
-        "local cache",
+        "localentrynotfound",
+        "in the local cache",
         "offlinemodeisenabled",
     ),
     _rule(
@@ -169,8 +171,8 @@ RUNTIME_RULES: tuple[Rule, ...] = (
         "error",
         "hub",
         r"RepositoryNotFoundError|GatedRepoError|Repository Not Found for url",
-        "repositorynotfounderror",
-        "gatedrepoerror",
+        "repositorynotfound",
+        "gatedrepo",
         "repository not found",
     ),
     # --- more than one NCCL (vllm-project/vllm#4195: a torch build against another NCCL;

@@ -210,8 +210,12 @@ class Scanner:
                 line = bisect_right(starts, at) - 1
                 end = starts[line + 1]
                 before, after = longest_before, longest_after
-                if at - before < starts[line] or at + after > end - _TAIL_BYTES:
-                    # Near an edge of the line: measure the token that is there.
+                # Near an edge of the line: measure the token that is there (the seam
+                # test below reaches _JUNCTION characters; more bytes only in a line
+                # with non-ASCII characters, where the longest is kept).
+                if (at - before < starts[line] or at + after > end - _JUNCTION) and stripped_lines[
+                    line
+                ].isascii():
                     before, after = _matched_span(joined, at, spans)
                 if at - before < starts[line] or at + after > end:
                     # The token may cross line breaks: take every line it may touch.
