@@ -219,7 +219,7 @@ def main() -> None:
             result = diagnose_paths(params["paths"], params["context"])
         except OSError as exc:
             module.fail_json(
-                msg=f"Cannot read {exc.filename}: {exc.strerror}. Give paths that exist on the managed node, "
+                msg=f"Cannot read {exc.filename}: {exc.strerror}. Give regular log files that exist on the managed node, "
                 "or pass the log text as content.",
                 paths=params["paths"],
             )
