@@ -18,9 +18,10 @@ description:
   - Findings follow a documented precedence table (see C(docs/diagnose.md)). V(engine_core_init_failed) is
     only a wrapper and is reported only when nothing above explains it.
   - Each finding's O(findings[].fix) names the sparkops.vllm setting to change, not only the raw vLLM flag.
-  - Files are streamed line by line in constant memory; a 100 MB log takes seconds.
-  - The same parser runs without Ansible as
-    C(python -m ansible_collections.sparkops.vllm.plugins.module_utils._diagnose FILE... [--json]).
+  - Files are streamed in blocks in constant memory; a 100 MB log takes seconds. A line longer than
+    64 KiB (a newline-free file) is cut there, so memory stays bounded and line numbers still match.
+  - Only regular files are read; a FIFO, a device or a directory fails with its name, without blocking.
+  - The same parser runs without Ansible as C(sparkops diagnose FILE... [--json] [--context FILE]).
   - The module reads files on the managed node and changes nothing.
 author:
   - sparkops.vllm contributors
@@ -218,7 +219,7 @@ def main() -> None:
             result = diagnose_paths(params["paths"], params["context"])
         except OSError as exc:
             module.fail_json(
-                msg=f"Cannot read {exc.filename}: {exc.strerror}. Give paths that exist on the managed node, "
+                msg=f"Cannot read {exc.filename}: {exc.strerror}. Give regular log files that exist on the managed node, "
                 "or pass the log text as content.",
                 paths=params["paths"],
             )

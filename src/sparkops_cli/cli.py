@@ -151,13 +151,17 @@ def diagnose_files(args: argparse.Namespace, parser: Parser) -> int:
             context = json.loads(Path(args.context).read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             parser.error(f"--context {args.context}: {exc}")
-    missing = [name for name in args.files if name != "-" and not Path(name).is_file()]
+    missing = [name for name in args.files if name != "-" and not Path(name).exists()]
     if missing:
         parser.error(f"no such log file: {', '.join(missing)}")
     if args.files == ["-"]:
-        result = diagnose.diagnose_lines(sys.stdin, context)
+        result = diagnose.diagnose_stream(sys.stdin.buffer, context)
     else:
-        result = diagnose.diagnose_paths(args.files, context)
+        try:
+            result = diagnose.diagnose_paths(args.files, context)
+        except OSError as exc:
+            # A FIFO, a device or a directory: refused before anything is read.
+            parser.error(f"cannot read {exc.filename}: {exc.strerror}")
     doc = diagnose_document(result, list(args.files))
     if args.json:
         print(json.dumps(doc, indent=2))

@@ -69,7 +69,7 @@ def find_project(cwd: Path | None = None, env: dict[str, str] | None = None) -> 
 
 
 def diagnose_module(project: Path) -> ModuleType:
-    """The collection's log parser (plugins/module_utils/_diagnose.py), imported as Ansible does.
+    """The collection's log parser (the package plugins/module_utils/_diagnose/), imported as Ansible does.
 
     ``.collections/ansible_collections/sparkops/vllm`` links to the root, the
     same path ansible.cfg, the unit tests and bench/diagnose use.

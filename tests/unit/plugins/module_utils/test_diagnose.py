@@ -1,12 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: sparkops.vllm contributors
-"""The diagnose parser: real logs, written wordings per finding id, precedence, context, CLI."""
+"""The diagnose parser: real logs, written wordings per finding id, precedence, context, file interface."""
 
-import json
-import os
 import re
-import subprocess
-import sys
 import tracemalloc
 from pathlib import Path
 
@@ -20,7 +16,6 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose import (
     diagnose_paths,
     diagnose_text,
     format_report,
-    main,
 )
 from conftest import FIXTURES, ROOT
 from hypothesis import given, settings
@@ -29,6 +24,11 @@ from hypothesis import strategies as st
 REAL = FIXTURES / "real"
 WRITTEN = FIXTURES / "diagnose"
 SETTINGS = (
+    "vllm_image_ref",
+    "vllm_image_source",
+    "ray_cluster_memlock_unlimited",
+    "sparkops_model_path",
+    "sparkops_ray_memory_monitor",
     "sparkops_gpu_memory_utilization",
     "sparkops_max_model_len",
     "sparkops_cuda_graphs",
@@ -317,6 +317,77 @@ WORDINGS = {
         "ERROR 06-30 13:53:19 [core.py:515] EngineCore failed to start.",
         "RuntimeError: Engine process failed to start. See stack trace for the root cause.",
     ],
+    # The run-time findings: real lines (sources in tests/fixtures/diagnose/*.log and
+    # test_diagnose_runtime.py), one per line of each list.
+    "uma_driver_out_of_memory": [
+        "[81033.194223] NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY] "
+        "(0x00000051) returned from _memdescAllocInternal(pMemDesc) @ mem_desc.c:1359",
+        "nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY] (0x00000051) returned from "
+        "_memdescAllocInternal(pMemDesc) @ mem_desc.c:1359",
+    ],
+    "rdma_memory_registration_failed": [
+        "spark-2:4016:4653 [0] misc/ibvwrap.cc:278 NCCL WARN Call to ibv_reg_mr_iova2 failed with error "
+        "Cannot allocate memory",
+        "msm-h200-2:4016:4653 [7] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_create_cq failed with error "
+        "Cannot allocate memory",
+        "ip-10-0-87-143:149:298 [5] register_mr_buffers:465 NCCL WARN NET/OFI Unable to register memory "
+        "(type = 1) for device 0. RC: 12, Error: Cannot allocate memory",
+    ],
+    "ray_missing_in_image": [
+        "ImportError: Ray is not installed. Please install Ray to use distributed serving.",
+        "ValueError: Ray is not installed. Please install Ray to use distributed serving.",
+        'exec: "ray": executable file not found in $PATH: unknown.',
+    ],
+    "worker_env_overwritten_by_head": [
+        "WARNING 03-30 18:45:37 [utils.py:2102] Overwriting environment variable NCCL_SOCKET_IFNAME from "
+        "'enP2p1s0f1np1' to 'enp1s0f1np1'",
+        "Overwriting environment variable UCX_NET_DEVICES from 'rocep1s0f1:1' to 'roceP2p1s0f1:1'",
+    ],
+    "gpu_xid_error": [
+        "[93297.027938] NVRM: Xid (PCI:0000:43:00): 13, pid='<unknown>', name=<unknown>, Graphics "
+        "Exception: ESR 0x52e7b0=0x101000e 0x52e7b4=0x4 0x52e7a8=0xc81eb60 0x52e7ac=0x1174",
+        "NVRM: Xid (PCI:0000:01:00): 31, Ch 0000005a, intr 10000000. MMU Fault: ENGINE GRAPHICS "
+        "GPCCLIENT_T1_1 faulted @ 0x0_00000000. Fault is of type FAULT_PDE ACCESS_TYPE_READ",
+        "NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, errorString CTX "
+        "SWITCH TIMEOUT, Info 0x58005",
+    ],
+    "gpu_arch_unsupported": [
+        "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+        "2021-05-27 03:59:03,329 FATAL device_lambda.cuh:54 : Check failed: [error == cudaSuccess]  no "
+        "kernel image is available for execution on the device",
+        "ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'",
+    ],
+    "engine_rpc_timeout": [
+        "TimeoutError: RPC call to sample_tokens timed out.",
+        "ERROR 09-05 01:24:34 [core.py:1403] TimeoutError: RPC call to execute_model timed out.",
+    ],
+    "cudagraph_memory_estimate_negative": [
+        "INFO 08-02 10:11:12 [gpu_model_runner.py:6806] Estimated CUDA graph memory: -20.50 GiB total",
+        "INFO 09-24 00:15:29 [v1/worker/gpu_model_runner.py:3380] Graph capturing finished in 79 secs, took "
+        "-9.96 GiB",
+    ],
+    "model_files_unavailable": [
+        "huggingface_hub.errors.LocalEntryNotFoundError: An error happened while trying to locate the file "
+        "on the Hub and we cannot find the requested files in the local cache. Please check your connection "
+        "and try again or make sure your Internet connection is on.",
+        "ERROR 06-24 15:31:46 engine.py:389] Cache directory not found: /data/.cache/huggingface. Please use "
+        "`cache_dir` argument or set `HF_HUB_CACHE` environment variable.",
+        "huggingface_hub.utils._http.OfflineModeIsEnabled: Cannot reach "
+        "https://huggingface.co/meta-llama/Llama-2-7b-chat-hf/",
+    ],
+    "nccl_library_mismatch": [
+        "ImportError: /usr/local/lib/python3.10/dist-packages/torch/lib/libtorch_cuda.so: undefined symbol: "
+        "ncclCommRegister",
+        "ERROR 04-24 09:39:29 worker_base.py:153] NameError: name 'ncclGetVersion' is not defined",
+    ],
+    "ray_gcs_lost": [
+        "[2023-04-12 11:23:25,823 E 946 946] (raylet) gcs_rpc_client.h:533: Failed to connect to GCS within "
+        "60 seconds. GCS may have been killed. It's either GCS is terminated by `ray stop` or is killed "
+        "unexpectedly.",
+        "gcs_rpc_client.h:537:  Check failed: absl::ToInt64Seconds(absl::Now() - gcs_last_alive_time_) < "
+        "::RayConfig::instance().gcs_rpc_server_reconnect_timeout_s() Failed to connect to GCS within 60 "
+        "seconds",
+    ],
 }
 
 # cuda_graph_capture_oom is about context, so its wordings are several lines.
@@ -578,7 +649,7 @@ def test_wrapper_alone_is_reported():
 
 
 def test_precedence_table_is_consistent():
-    assert len(FINDING_IDS) == 13
+    assert len(FINDING_IDS) == 24
     order = {finding_id: index for index, finding_id in enumerate(FINDING_IDS)}
     for cause, effects in PRECEDENCE:
         for effect in effects:
@@ -791,43 +862,6 @@ def test_memory_does_not_grow_with_the_log():
 
 
 # --- the file interface --------------------------------------------------------
-
-
-def test_python_dash_m_prints_a_report_and_json():
-    env = dict(os.environ, PYTHONPATH=str(ROOT / ".collections"))
-    module = "ansible_collections.sparkops.vllm.plugins.module_utils._diagnose"
-    path = str(REAL / "21_vllm_no_available_memory_cache_blocks_and_engine_init_failed_issue27508.txt")
-    text = subprocess.run(
-        [sys.executable, "-m", module, path], capture_output=True, text=True, env=env, check=False
-    )
-    assert text.returncode == 1
-    assert text.stdout.startswith("1. [ERROR] kv_cache_insufficient")
-    assert "Fix: " in text.stdout
-    as_json = subprocess.run(
-        [sys.executable, "-m", module, "--json", path], capture_output=True, text=True, env=env, check=False
-    )
-    assert json.loads(as_json.stdout)["root_cause"] == "kv_cache_insufficient"
-    clean = subprocess.run(
-        [sys.executable, "-m", module, str(REAL / "15_vllm_kv_cache_lines_v0.21_lmcache-3326.txt")],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-    )
-    assert clean.returncode == 0
-    assert clean.stdout.startswith("No findings")
-
-
-def test_main_with_context_file(tmp_path, capsys):
-    context = tmp_path / "context.json"
-    context.write_text(json.dumps(SPARKS), encoding="utf-8")
-    log = tmp_path / "head.log"
-    log.write_text(
-        "This node has an IP address of 10.1.230.180, but we cannot find a local Raylet\n", encoding="utf-8"
-    )
-    assert main(["--json", "--context", str(context), str(log)]) == 1
-    result = json.loads(capsys.readouterr().out)
-    assert result["findings"][0]["severity"] == "error"
 
 
 def test_format_report_lists_hidden_wrappers():
