@@ -14,6 +14,7 @@ same host: the inventory is read through Ansible's own inventory and variable ma
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -302,12 +303,23 @@ class Streamer:
         self.procs: dict[str, subprocess.Popen] = {}
         self.stopped = threading.Event()
         self.ended_by_us: set[str] = set()
+        self.reader_gone = False
 
     def emit(self, node: Node, line: str, stream: TextIO) -> None:
         text = self.redact(line.rstrip("\n"), node.secrets)
         with self.lock:
-            stream.write(f"{node.name:<{self.width}} | {text}\n")
-            stream.flush()
+            if self.reader_gone:
+                return
+            try:
+                stream.write(f"{node.name:<{self.width}} | {text}\n")
+                stream.flush()
+            except BrokenPipeError:
+                # The reader went away (`sparkops logs | head`): stop reading the nodes,
+                # with no traceback and nothing more written to the closed pipe.
+                self.reader_gone = True
+                with contextlib.suppress(OSError, ValueError):
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), stream.fileno())
+                self.stop()
 
     def _pump(self, node: Node, pipe: Iterable[str], stream: TextIO) -> None:
         for line in pipe:
@@ -389,4 +401,6 @@ def stream_logs(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if streamer.reader_gone:  # as `journalctl | head`: the reader chose to stop
+        return outcome(statuses, follow=True, stopped=True)
     return outcome(statuses, follow=follow, stopped=streamer.stopped.is_set())

@@ -366,3 +366,24 @@ def test_a_signal_without_follow_is_an_interruption(journal_follow):
     out, err = SignalOnLine(signal.SIGINT, ["spark-1"]), io.StringIO()
     code = logs.stream_logs([node("spark-1")], plain, since=None, lines=None, follow=False, out=out, err=err)
     assert code == EXIT_INTERRUPTED
+
+
+class ClosedAfterOneLine(io.StringIO):
+    """A reader that goes away after its first line, as `sparkops logs | head -1`."""
+
+    def write(self, text):
+        if self.getvalue():
+            raise BrokenPipeError(32, "Broken pipe")
+        return super().write(text)
+
+    def fileno(self):
+        raise io.UnsupportedOperation("no file descriptor")
+
+
+def test_a_reader_that_goes_away_ends_the_run_quietly(journal_follow):
+    out, err = ClosedAfterOneLine(), io.StringIO()
+    nodes = [node("spark-1"), node("spark-2")]
+    code = logs.stream_logs(nodes, plain, since=None, lines=None, follow=True, out=out, err=err)
+    assert code == EXIT_OK
+    assert out.getvalue().count("\n") == 1
+    assert err.getvalue() == ""
