@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -307,7 +308,12 @@ def test_logs_follow_streams_both_nodes_until_a_signal(host, sig):
     err = proc.stderr.read()
     assert code == 0, err
     assert "Traceback" not in err
-    # The remote journalctl ended with its ssh: none is left following on the nodes.
+    # The remote journalctl ends with its ssh: none is left following on the nodes.
+    # ("[j]" keeps pgrep from matching the shell that runs it.)
     for remote in (head, host):
-        left = remote.run("pgrep -f 'journalctl --no-pager --output=short-iso --lines 5 --follow'")
+        for _ in range(30):
+            left = remote.run("pgrep -af '[j]ournalctl --no-pager --output=short-iso --lines 5 --follow'")
+            if left.rc == 1:
+                break
+            time.sleep(1)
         assert left.rc == 1, left.stdout
