@@ -15,6 +15,7 @@ same host: the inventory is read through Ansible's own inventory and variable ma
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import re
 import shlex
@@ -45,6 +46,7 @@ SINCE_RE = re.compile(r"[0-9A-Za-z :+.\-]{1,64}")
 NO_UNIT_STATUS = 44
 SSH_FAILED_STATUS = 255  # ssh(1): "exits with 255 if an error occurred"
 NO_SUCH_UNIT = "no such unit: "
+REDACTION_SOURCE = "plugins/module_utils/_support_bundle.py"
 
 
 class LogsUsageError(ValueError):
@@ -73,15 +75,18 @@ def deployment_units(cluster_name: str, is_head: bool) -> dict[str, str]:
 def load_redact(project: Path) -> Callable[[str, Sequence[str]], str]:
     """The support bundle's redaction, ``redact(text, secrets)``: the one source of it.
 
-    Today it lives in plugins/module_utils/_support_bundle.py; switch this import to
-    plugins/module_utils/_redact.py when that module exists.
+    Today it lives in plugins/module_utils/_support_bundle.py; switch REDACTION_SOURCE to
+    plugins/module_utils/_redact.py when that module exists. The file is loaded by its
+    path (it needs only the standard library): once ``resolve_nodes`` has set up
+    Ansible's collection loader, ``ansible_collections.*`` imports go through that loader.
     """
-    collections = str(project / ".collections")
-    if collections not in sys.path:
-        sys.path.insert(0, collections)
-    from ansible_collections.sparkops.vllm.plugins.module_utils._support_bundle import redact  # noqa: PLC0415
-
-    return redact
+    path = project / REDACTION_SOURCE
+    spec = importlib.util.spec_from_file_location("sparkops_cli._redaction", path)
+    if spec is None or spec.loader is None:
+        raise LogsUsageError(f"{path}: cannot load the redaction")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.redact
 
 
 @dataclass
