@@ -117,7 +117,105 @@ def build_parser() -> Parser:
                 metavar="FILE",
                 help="with FILE arguments: JSON context for the diagnosis (hosts, memory_plan)",
             )
+    add_logs_parser(sub)
     return parser
+
+
+LOGS_HELP = (
+    "stream the deployment's journald logs (serve, Ray, watchdog) from the nodes over ssh, "
+    "each line prefixed with its node, secrets redacted"
+)
+LOGS_EXIT_CODES = f"""exit codes:
+  {EXIT_OK}    ok: every node's journal was read (--follow: until a signal ended it)
+  {EXIT_FAILED}    failed: journalctl failed on a node, or none of the units exists there
+  {EXIT_UNREACHABLE}    unreachable: ssh could not reach a node; this wins over failed
+  {EXIT_USAGE}    usage error: bad arguments, a node not in the inventory, no checkout
+  {EXIT_INTERRUPTED}  interrupted (a signal) without --follow
+"""
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive whole number")
+    return value
+
+
+def add_logs_parser(sub: argparse._SubParsersAction) -> None:
+    from sparkops_cli.logs import UNIT_CHOICES  # noqa: PLC0415
+
+    logs = sub.add_parser(
+        "logs",
+        help=LOGS_HELP,
+        description=LOGS_HELP + ". The connection is the inventory's, as Ansible would use it.",
+        epilog=LOGS_EXIT_CODES + "\nDetails: docs/cli.md",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    logs.add_argument(
+        "-i",
+        "--inventory",
+        action="append",
+        default=[],
+        metavar="INVENTORY",
+        help="inventory file or directory (repeatable); default: ansible.cfg's (inventory/lab/hosts.yml)",
+    )
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep streaming new lines until Ctrl-C or SIGTERM"
+    )
+    logs.add_argument(
+        "--node",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only this inventory host (repeatable); default: every host of the cluster group",
+    )
+    logs.add_argument(
+        "--unit",
+        action="append",
+        default=[],
+        choices=UNIT_CHOICES,
+        help="only this unit (repeatable): serve (the head's vLLM), ray (head or worker), watchdog; "
+        "default: all three",
+    )
+    logs.add_argument(
+        "--since",
+        metavar="TIME",
+        help="as journalctl --since: '1h ago', '-30min', 'today', '2026-12-01 18:00:00'",
+    )
+    logs.add_argument(
+        "-n",
+        "--lines",
+        type=positive_int,
+        metavar="N",
+        help="the last N lines per node (default: 100 without --since; with --since, all since then)",
+    )
+
+
+DEFAULT_LOG_LINES = 100
+
+
+def logs_command(args: argparse.Namespace, parser: Parser) -> int:
+    from sparkops_cli import logs  # noqa: PLC0415
+
+    cwd = Path.cwd()
+    try:
+        project = find_project(cwd)
+        logs.check_since(args.since)
+        inventory = [(cwd / path).resolve() for path in args.inventory]
+        for path in inventory:
+            if not path.exists():
+                raise logs.LogsUsageError(f"-i {path}: no such inventory")
+        nodes = logs.resolve_nodes(
+            project, inventory, list(dict.fromkeys(args.node)), list(dict.fromkeys(args.unit))
+        )
+        redact = logs.load_redact(project)
+    except (ProjectNotFound, logs.LogsUsageError) as exc:
+        parser.error(str(exc))
+    lines = args.lines if args.lines is not None or args.since else DEFAULT_LOG_LINES
+    return logs.stream_logs(nodes, redact, since=args.since, lines=lines, follow=args.follow)
 
 
 def redacted_argv(args: argparse.Namespace, extra_display: list[str]) -> list[str]:
@@ -175,6 +273,8 @@ def diagnose_files(args: argparse.Namespace, parser: Parser) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command == "logs":
+        return logs_command(args, parser)
     if args.command == "diagnose" and args.files:
         return diagnose_files(args, parser)
     if getattr(args, "context", None):

@@ -12,11 +12,16 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tarfile
+import threading
+import time
 from pathlib import Path
 
+import pytest
+import testinfra
 import yaml
 
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY") or Path(__file__).resolve().parents[3])
@@ -209,3 +214,159 @@ def test_the_lab_api_key_is_in_no_artifact_bundle_or_verbose_output():
         assert "PLAY RECAP" in run.stdout, explain(run)
         output = (run.stdout + run.stderr).lower()
         assert key.lower() not in output, f"{book} -vvv printed the lab's API key"
+# --- the stand-in vLLM's ranks on the simulated GPU (issue 20) -------------------------------
+
+
+def own_consumers(report: dict) -> dict[str, list[dict]]:
+    return {
+        node["host"]: [item for item in node["gpu_consumers"] if item["verdict"] == "own"]
+        for node in report["nodes"]
+    }
+
+
+def test_serving_ranks_are_own_gpu_consumers_and_none_after_serve_stops(host):
+    head = testinfra.get_host(f"ansible://{HEAD}", ansible_inventory=host.backend.ansible_inventory)
+    serve_unit = f"sparkops-{CLUSTER}-vllm.service"
+    assert head.service(serve_unit).is_running
+    run = sparkops("status", "--json")
+    assert run.returncode == 0, explain(run)
+    serving = own_consumers(json.loads(run.stdout)["report"])
+    for node, remote in ((HEAD, head), (WORKER, host)):
+        total_mib = int(remote.check_output("awk '/^MemTotal:/ {print $2}' /proc/meminfo")) // 1024
+        ranks = serving[node]
+        # One rank per node (TP 2 on two nodes), in the node's Ray container, with the
+        # memory vLLM claims: at least the non-torch 3 GiB of a TP>1 rank, at most the node.
+        assert len(ranks) == 1, serving
+        rank = ranks[0]
+        assert rank["container"] == f"sparkops-{CLUSTER}-ray-{'head' if node == HEAD else 'worker'}", rank
+        assert 3 * 1024 <= rank["used_memory_mib"] <= total_mib, (rank, total_mib)
+        assert remote.run(f"test -d /proc/{rank['pid']}").rc == 0
+    # Preflight on the serving cluster: its own ranks are reported and never stale.
+    preflight = sparkops("preflight")
+    assert preflight.returncode == 0, explain(preflight)
+    reported = (artifacts_of(preflight) / "runner" / "stdout").read_text()
+    for node in (HEAD, WORKER):
+        rank = serving[node][0]
+        said = rf"{node}: own: PID {rank['pid']}\s.*?in\s+container\s+{rank['container']}"
+        assert re.search(said, reported, re.S), reported
+    head.run_expect([0], f"systemctl stop {serve_unit}")
+    try:
+        # Ray ends the ranks once their driver (serve) is gone; wait (bounded) for that.
+        for node, remote in ((HEAD, head), (WORKER, host)):
+            pid = serving[node][0]["pid"]
+            for _ in range(60):
+                if remote.run(f"test -d /proc/{pid}").rc != 0:
+                    break
+                time.sleep(1)
+            assert remote.run(f"test -d /proc/{pid}").rc != 0, f"{node}: rank {pid} outlived serve"
+        stopped = sparkops("status", "--json")
+        report = json.loads(stopped.stdout)["report"]
+        assert own_consumers(report) == {HEAD: [], WORKER: []}, explain(stopped)
+        for node in report["nodes"]:
+            assert node["own_consumers"] == 0 and node["stale_consumers"] == 0, node
+    finally:
+        restarted = sparkops("restart", "-e", "cluster_restart_scope=serve")
+    assert restarted.returncode in (0, 2), explain(restarted)
+    again = own_consumers(json.loads(sparkops("status", "--json").stdout)["report"])
+    assert [len(again[HEAD]), len(again[WORKER])] == [1, 1], again
+
+
+# --- sparkops logs -----------------------------------------------------------------------------
+
+
+def lab_api_key() -> str:
+    lab_dir = Path(os.environ.get("SPARKOPS_LAB_DIR") or PROJECT / ".lab")
+    return (lab_dir / "api_key").read_text().split()[0]
+
+
+def logs_argv(*args: str) -> list[str]:
+    argv = [str(SPARKOPS), "logs", *args]
+    if GIVEN:
+        argv[2:2] = ["-i", str(HOSTS)]
+    return argv
+
+
+def cli_env() -> dict[str, str]:
+    env = dict(os.environ, ANSIBLE_CONFIG=str(PROJECT / "ansible.cfg"))
+    env.setdefault("SPARKOPS_LAB_DIR", str(PROJECT / ".lab"))
+    return env
+
+
+def test_logs_of_serve_on_the_head_are_prefixed_and_hold_no_secret():
+    run = subprocess.run(
+        logs_argv("--unit", "serve", "--lines", "400"),
+        cwd=PROJECT, env=cli_env(), capture_output=True, text=True, check=False, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, explain(run)
+    lines = run.stdout.splitlines()
+    assert lines and all(line.startswith(f"{HEAD} | ") for line in lines), lines[:5]
+    assert any("vLLM API server version" in line or "(APIServer pid=" in line for line in lines), lines[-5:]
+    # serve runs on the head only: the worker is skipped, said so on stderr.
+    assert f"{WORKER} | serve does not run on this node (serve runs on the head)" in run.stderr
+    assert lab_api_key() not in run.stdout + run.stderr
+
+
+def test_logs_of_every_unit_and_the_watchdog_per_node(host):
+    head = testinfra.get_host(f"ansible://{HEAD}", ansible_inventory=host.backend.ansible_inventory)
+    watchdog = f"sparkops-{CLUSTER}-watchdog.service"
+    missing = {
+        node
+        for node, remote in ((HEAD, head), (WORKER, host))
+        if remote.check_output(f"systemctl show -p LoadState --value {watchdog}") == "not-found"
+    }
+    run = subprocess.run(
+        logs_argv("--since", "-1d"), cwd=PROJECT, env=cli_env(), capture_output=True, text=True, check=False,
+        timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, explain(run)  # every node has its Ray unit at least
+    prefixes = {line.split(" | ", 1)[0].strip() for line in run.stdout.splitlines()}
+    assert prefixes == {HEAD, WORKER}, prefixes
+    for node in missing:
+        assert f"{node} | no such unit: {watchdog}" in run.stderr
+    only_watchdog = subprocess.run(
+        logs_argv("--unit", "watchdog"), cwd=PROJECT, env=cli_env(), capture_output=True, text=True,
+        check=False, timeout=120,
+    )  # fmt: skip
+    assert only_watchdog.returncode == (1 if missing else 0), explain(only_watchdog)
+    assert "Traceback" not in only_watchdog.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_logs_follow_streams_both_nodes_until_a_signal(host, sig):
+    head = testinfra.get_host(f"ansible://{HEAD}", ansible_inventory=host.backend.ansible_inventory)
+    proc = subprocess.Popen(
+        logs_argv("--follow", "--unit", "ray", "--lines", "5"),
+        cwd=PROJECT, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    seen: set[str] = set()
+    both = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            seen.add(line.split(" | ", 1)[0].strip())
+            if {HEAD, WORKER} <= seen:
+                both.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert both.wait(120), f"lines seen from {seen}; stderr: {proc.stderr.read() if proc.poll() else ''}"
+        proc.send_signal(sig)
+        code = proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    reader.join(30)
+    err = proc.stderr.read()
+    assert code == 0, err
+    assert "Traceback" not in err
+    # The remote journalctl ends with its ssh: none is left following on the nodes.
+    # ("[j]" keeps pgrep from matching the shell that runs it.)
+    for remote in (head, host):
+        for _ in range(30):
+            left = remote.run("pgrep -af '[j]ournalctl --no-pager --output=short-iso --lines 5 --follow'")
+            if left.rc == 1:
+                break
+            time.sleep(1)
+        assert left.rc == 1, left.stdout

@@ -90,6 +90,8 @@ def env(tmp_path: Path) -> dict:
         write_meminfo(tmp_path / "meminfo", TOTAL_KIB, TOTAL_KIB - 1024 * 1024)
     )
     clean["PYTHONUNBUFFERED"] = "1"
+    # The ranks' records for the simulated GPU (lab/nvidia-smi) stay in the test's directory.
+    clean["SPARKOPS_LAB_GPU_APPS_DIR"] = str(tmp_path / "gpu-apps")
     return clean
 
 
