@@ -46,47 +46,46 @@ SINCE_RE = re.compile(r"[0-9A-Za-z :+.\-]{1,64}")
 NO_UNIT_STATUS = 44
 SSH_FAILED_STATUS = 255  # ssh(1): "exits with 255 if an error occurred"
 NO_SUCH_UNIT = "no such unit: "
-REDACTION_SOURCE = "plugins/module_utils/_support_bundle.py"
+REDACTION_SOURCE = "_redact"
 
 
 class LogsUsageError(ValueError):
     """Bad arguments or an inventory that cannot be used: the CLI's usage exit code."""
 
 
-def deployment_units(cluster_name: str, is_head: bool) -> dict[str, str]:
-    """The systemd units of one node, by the names ``--unit`` takes.
+def _module_utils(name: str, project: Path | None = None):
+    """A standard-library-only file of plugins/module_utils/, loaded by its path.
 
-    The one place the CLI names the deployment's units. It mirrors today's naming in
-    the roles (roles/vllm_serve/vars/main.yml ``_vllm_serve_unit``,
-    roles/ray_cluster/vars/main.yml ``_ray_cluster_unit``) and the watchdog's planned
-    ``sparkops-<cluster>-watchdog.service``; when plugins/module_utils/_layout.py exists,
-    this function must return its names instead.
+    Loaded by path rather than as ``ansible_collections.*``: once ``resolve_nodes``
+    has set up Ansible's collection loader, those imports go through that loader.
     """
-    role = "head" if is_head else "worker"
+    root = project if project is not None else Path(__file__).resolve().parents[2]
+    path = root / "plugins" / "module_utils" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"sparkops_cli._mu_{name}", path)
+    if spec is None or spec.loader is None:
+        raise LogsUsageError(f"{path}: cannot load it")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def deployment_units(cluster_name: str, is_head: bool, project: Path | None = None) -> dict[str, str]:
+    """The systemd units of one node, by the names ``--unit`` takes, from the layout module
+    (plugins/module_utils/_layout.py), the one source of the deployment's names."""
+    names = _module_utils("_layout", project).layout(cluster_name)["unit_names"]
     units = {
-        "ray": f"sparkops-{cluster_name}-ray-{role}.service",
-        "watchdog": f"sparkops-{cluster_name}-watchdog.service",
+        "ray": names["ray_head" if is_head else "ray_worker"],
+        "watchdog": names["watchdog"],
     }
     if is_head:  # serve runs on the head only
-        units["serve"] = f"sparkops-{cluster_name}-vllm.service"
+        units["serve"] = names["serve"]
     return units
 
 
 def load_redact(project: Path) -> Callable[[str, Sequence[str]], str]:
-    """The support bundle's redaction, ``redact(text, secrets)``: the one source of it.
-
-    Today it lives in plugins/module_utils/_support_bundle.py; switch REDACTION_SOURCE to
-    plugins/module_utils/_redact.py when that module exists. The file is loaded by its
-    path (it needs only the standard library): once ``resolve_nodes`` has set up
-    Ansible's collection loader, ``ansible_collections.*`` imports go through that loader.
-    """
-    path = project / REDACTION_SOURCE
-    spec = importlib.util.spec_from_file_location("sparkops_cli._redaction", path)
-    if spec is None or spec.loader is None:
-        raise LogsUsageError(f"{path}: cannot load the redaction")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.redact
+    """The project's one redaction, ``redact(text, secrets)`` of plugins/module_utils/_redact.py
+    (the support bundle's too)."""
+    return _module_utils(REDACTION_SOURCE, project).redact
 
 
 @dataclass
@@ -166,9 +165,11 @@ def connection_argv(name: str, hostvars: Mapping[str, Any], config: Mapping[str,
     return argv
 
 
-def wanted_units(cluster_name: str, is_head: bool, requested: Sequence[str]) -> list[str]:
+def wanted_units(
+    cluster_name: str, is_head: bool, requested: Sequence[str], project: Path | None = None
+) -> list[str]:
     """The node's units for ``--unit`` (all of them when none is given), in a stable order."""
-    units = deployment_units(cluster_name, is_head)
+    units = deployment_units(cluster_name, is_head, project)
     return [units[kind] for kind in (requested or UNIT_CHOICES) if kind in units]
 
 
@@ -245,7 +246,7 @@ def resolve_nodes(
         node = Node(
             name=host.name,
             argv_prefix=connection_argv(host.name, connection, config),
-            units=wanted_units(str(cluster_name), is_head, requested),
+            units=wanted_units(str(cluster_name), is_head, requested, project),
             sudo=str(connection.get("ansible_user") or "root") != "root",
         )
         for var in (*SECRET_VARS, SECRET_LIST_VAR):

@@ -214,6 +214,8 @@ def test_the_lab_api_key_is_in_no_artifact_bundle_or_verbose_output():
         assert "PLAY RECAP" in run.stdout, explain(run)
         output = (run.stdout + run.stderr).lower()
         assert key.lower() not in output, f"{book} -vvv printed the lab's API key"
+
+
 # --- the stand-in vLLM's ranks on the simulated GPU (issue 20) -------------------------------
 
 

@@ -391,7 +391,7 @@ def test_a_reader_that_goes_away_ends_the_run_quietly(journal_follow):
 
 def test_the_redaction_is_the_support_bundles():
     redact = logs.load_redact(ROOT)
-    assert redact.__code__.co_filename == str(ROOT / "plugins" / "module_utils" / "_support_bundle.py")
+    assert redact.__code__.co_filename == str(ROOT / "plugins" / "module_utils" / "_redact.py")
     text = f"--api-key {API_KEY} Authorization: Bearer abcdefghijk {HF_TOKEN} custom-secret-value"
     assert redact(text, ["custom-secret-value"]) == (
         "--api-key [REDACTED] Authorization: Bearer [REDACTED] [REDACTED] [REDACTED]"
