@@ -69,6 +69,8 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._log_lines import (
 )
 from ansible_collections.sparkops.vllm.plugins.module_utils._vllm_memory_log import parse_memory_lines
 
+_PROVENANCE_BYTES = PROVENANCE.encode()
+
 
 def _clean(raw: str) -> str:
     """:func:`clean_physical`, and colour codes whose ESC byte was escaped (``#033[36m``)."""
@@ -249,7 +251,13 @@ class Scanner:
         ambiguous_ip = note_hosts and not plain and _IP_AFTER_NON_ASCII.search(stripped) is not None
         if not odd and not ambiguous_ip:
             if note_hosts:
-                self._add_hosts(_IP_BYTES.findall(stripped))
+                # A fixture's provenance line is skipped by the line path too (_look).
+                self._add_hosts(
+                    host
+                    for line in stripped_lines
+                    if not line.startswith(_PROVENANCE_BYTES)
+                    for host in _IP_BYTES.findall(line)
+                )
             return picked
         hosts = []
         for index, line in enumerate(stripped_lines):
@@ -265,7 +273,7 @@ class Scanner:
                 continue
             if line.startswith(b"E   ") or _IP_AFTER_NON_ASCII.search(line):
                 picked.setdefault(index, 0)
-            if note_hosts and b"ip=" in line:
+            if note_hosts and b"ip=" in line and not line.startswith(_PROVENANCE_BYTES):
                 hosts.extend(_IP_BYTES.findall(line))
         self._add_hosts(hosts)
         return picked
