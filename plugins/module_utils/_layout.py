@@ -127,6 +127,9 @@ def layout(
         "launch_script_mount": LAUNCH_SCRIPT_MOUNT,
         "ray_env_file": f"{config_dir}/ray.env",
         "serve_secrets_file": f"{config_dir}/serve-secrets.env",
+        # The Hugging Face token for model_sync's download (0600, removed after it):
+        # huggingface_hub reads the file named by HF_TOKEN_PATH.
+        "hf_token_file": f"{config_dir}/hf-token",
         "ray_firewall_script": f"{config_dir}/ray-firewall",
         "ray_firewall_chain": firewall_chain(cluster),
         # The comment on INPUT's jump to the chain (teardown finds a left-behind chain by it).

@@ -72,3 +72,22 @@ def test_the_filter_redacts_by_value_and_form_and_ignores_empty_values():
     key = "Zq4TgW8rN2vKx7LmP0aB3cD5eF6hJ9sY"
     assert redact(f"x {key.lower()} HF_TOKEN=abcdefgh", [key, "", None]) == "x [REDACTED] HF_TOKEN=[REDACTED]"
     assert redact(f"y {key}", key) == "y [REDACTED]"
+
+
+# Ansible puts a task's `environment:` on the remote shell's command line
+# (`/bin/sh -c 'NAME=value python3 AnsiballZ_...'`): visible in `ps`, /proc/<pid>/cmdline
+# and -vvv output even with no_log. A secret never goes there; it goes to a 0600 file.
+SECRET_VARS = ("sparkops_api_key", "sparkops_hf_token", "vllm_serve_api_key", "model_sync_rsyncd_password")
+ENV_TASKS = [(str(path), task) for path, task in _all_tasks() if isinstance(task.get("environment"), dict)]
+
+
+def test_the_scan_finds_tasks_with_an_environment():
+    assert "roles/model_sync/tasks/download.yml" in {path for path, _ in ENV_TASKS}
+
+
+@pytest.mark.parametrize(("path", "task"), ENV_TASKS, ids=[f"{p}:{t.get('name')}" for p, t in ENV_TASKS])
+def test_no_secret_rides_in_a_task_environment(path, task):
+    text = yaml.safe_dump(task["environment"])
+    assert not [name for name in SECRET_VARS if name in text], (
+        f"{path}: {task.get('name')!r} passes a secret in environment: (it reaches the remote command line)"
+    )
