@@ -278,8 +278,9 @@ PAGE_CACHE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("version,returncode,free", PAGE_CACHE_CASES)
-def test_page_cache_counts_as_free_from_vllm_0_12(model_dir, env, tmp_path, version, returncode, free):
+@pytest.mark.parametrize("case", PAGE_CACHE_CASES, ids=[c[0] for c in PAGE_CACHE_CASES])
+def test_page_cache_counts_as_free_from_vllm_0_12(model_dir, env, tmp_path, case):
+    version, returncode, free = case
     path = write_meminfo(tmp_path / "cached", TOTAL_KIB, TOTAL_KIB // 2, 60 * 1024 * 1024)
     env["SPARKOPS_LAB_MEMINFO"] = str(path)
     env["SPARKOPS_LAB_VLLM_VERSION"] = version
@@ -301,7 +302,10 @@ def test_startup_free_source_per_version(tmp_path):
     assert standin.startup_free(mem, "0.17.1+sparkops.lab") == (60 * GIB, "MemAvailable")
     assert standin.startup_free(mem, "0.11.2") == (10 * GIB, "MemFree")
     # An old kernel without MemAvailable: psutil then estimates; the stand-in keeps MemFree.
-    assert standin.startup_free({"MemTotal": 64 * GIB, "MemFree": 10 * GIB}, "0.17.1") == (10 * GIB, "MemFree")
+    assert standin.startup_free({"MemTotal": 64 * GIB, "MemFree": 10 * GIB}, "0.17.1") == (
+        10 * GIB,
+        "MemFree",
+    )
 
 
 def test_no_memory_for_cache_blocks(model_dir, env):
