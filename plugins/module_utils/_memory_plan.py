@@ -26,6 +26,15 @@ import os
 import re
 from dataclasses import dataclass, field, fields
 
+from ansible_collections.sparkops.vllm.plugins.module_utils._memory_guard import (
+    DEFAULT_EARLYOOM_KILL_PERCENT,
+    DEFAULT_EARLYOOM_TERM_PERCENT,
+    GuardError,
+    check_percents,
+    earlyoom_args,
+    earlyoom_limit,
+    page_cache_risks,
+)
 from ansible_collections.sparkops.vllm.plugins.module_utils._memory_plan_model import (  # noqa: F401 (re-exported)
     GIB,
     MemoryPlanError,
@@ -87,6 +96,9 @@ class MemoryPlanInput:
     ray_reserve_gib: float | None = None
     ray_memory_threshold: float = DEFAULT_RAY_MEMORY_THRESHOLD
     ray_memory_monitor: bool = True
+    earlyoom_term_percent: float = DEFAULT_EARLYOOM_TERM_PERCENT
+    earlyoom_kill_percent: float = DEFAULT_EARLYOOM_KILL_PERCENT
+    running_stack_host_gib: float | None = None
     safety_margin_gib: float = DEFAULT_SAFETY_MARGIN_GIB
     max_model_len: int | None = None
     max_num_seqs: int | None = None
@@ -134,6 +146,8 @@ class _Terms:
     threshold: float
     monitor: bool
     unified: bool
+    guard_percent: float = DEFAULT_EARLYOOM_TERM_PERCENT
+    own_host: float = 0.0
 
     @property
     def in_claim(self) -> float:
@@ -146,10 +160,17 @@ class _Terms:
         return self.gpu_used_before + self.context + self.graph_out
 
     @property
+    def guard_limit(self) -> float | None:
+        """Ray's monitor's threshold, or with it off earlyoom's SIGTERM threshold."""
+        if self.sys_total is None:
+            return None
+        if self.monitor:
+            return self.threshold * self.sys_total
+        return earlyoom_limit(self.sys_total, self.guard_percent)
+
+    @property
     def limit(self) -> float:
-        if self.unified:
-            return self.threshold * self.sys_total if self.monitor else self.sys_total
-        return self.total
+        return self.guard_limit if self.unified else self.total
 
     @property
     def host_peak(self) -> float:
@@ -157,9 +178,7 @@ class _Terms:
 
     @property
     def host_limit(self) -> float | None:
-        if self.unified or self.sys_total is None:
-            return None
-        return self.threshold * self.sys_total if self.monitor else self.sys_total
+        return None if self.unified else self.guard_limit
 
 
 def _floor2(value: float) -> float:
@@ -211,6 +230,52 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
+# The numeric inputs: each must be a finite number >= 0 (NaN and infinity pass every
+# comparison the checks make, so they are refused first, by name).
+_NUMBERS = frozenset(
+    {
+        "memory_total_gib",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "weights_gib",
+        "memory_available_gib",
+        "memory_free_gib",
+        "system_memory_total_gib",
+        "gpu_memory_utilization",
+        "activation_reserve_gib",
+        "non_torch_reserve_gib",
+        "cuda_graph_reserve_gib",
+        "cuda_context_reserve_gib",
+        "ray_reserve_gib",
+        "ray_memory_threshold",
+        "earlyoom_term_percent",
+        "earlyoom_kill_percent",
+        "running_stack_host_gib",
+        "safety_margin_gib",
+        "max_model_len",
+        "max_num_seqs",
+        "kv_cache_bytes_per_token",
+    }
+)
+
+
+# Checked against a range below, with a message that names the range.
+_RANGED = frozenset(
+    {"gpu_memory_utilization", "ray_memory_threshold", "earlyoom_term_percent", "earlyoom_kill_percent"}
+)
+
+
+def _number(name: str, value, *, negative_ok: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MemoryPlanError(f"{name} is {value!r}, not a number: give a number >= 0.")
+    if not math.isfinite(value):
+        raise MemoryPlanError(
+            f"{name} is {value!r}: give a finite number >= 0 (NaN and infinity are refused)."
+        )
+    if value < 0 and not negative_ok:
+        raise MemoryPlanError(f"{name} is {value!r}: it must not be negative.")
+
+
 class _Planner:
     def __init__(self, inp: MemoryPlanInput):
         self.inp = inp
@@ -228,6 +293,17 @@ class _Planner:
 
     def _validate(self) -> None:
         inp = self.inp
+        for f in fields(MemoryPlanInput):
+            value = getattr(inp, f.name)
+            if f.name in _NUMBERS and value is not None:
+                _number(f.name, value, negative_ok=f.name in _RANGED)
+        for key, value in (inp.measured or {}).items():
+            if value is not None:
+                _number(f"measured.{key}", value)
+        try:
+            check_percents(inp.earlyoom_term_percent, inp.earlyoom_kill_percent)
+        except GuardError as exc:
+            raise MemoryPlanError(str(exc)) from None
         if not inp.memory_total_gib or inp.memory_total_gib <= 0:
             raise MemoryPlanError(
                 "memory_total_gib must be > 0: give the memory total vLLM sees (cudaMemGetInfo; "
@@ -254,13 +330,6 @@ class _Planner:
             )
         if inp.weights_gib is not None and inp.weights_gib <= 0:
             raise MemoryPlanError("weights_gib must be > 0 (the total of all weight files, in GiB).")
-        for name in ("memory_available_gib", "memory_free_gib", "system_memory_total_gib"):
-            value = getattr(inp, name)
-            if value is not None and value < 0:
-                raise MemoryPlanError(f"{name} must not be negative.")
-        for key, value in (inp.measured or {}).items():
-            if value is not None and (not isinstance(value, int | float) or value < 0):
-                raise MemoryPlanError(f"measured.{key} must be a number of GiB >= 0, not {value!r}.")
         if inp.max_model_len is not None and inp.max_model_len < 1:
             raise MemoryPlanError("max_model_len must be a positive number of tokens.")
 
@@ -333,12 +402,17 @@ class _Planner:
         if sys_total is None and inp.unified_memory:
             sys_total = inp.memory_total_gib
         os_used = 0.0
+        # A rerun on a serving node: the running stack's own containers (their cgroups'
+        # memory less page cache) come back when they restart, like their GPU memory.
+        own_host = float(inp.running_stack_host_gib or 0.0)
         if inp.memory_available_gib is not None and sys_total is not None:
-            os_used = max(0.0, sys_total - inp.memory_available_gib)
+            os_used = max(0.0, sys_total - inp.memory_available_gib - own_host)
         context = float(inp.cuda_context_reserve_gib)
         if inp.unified_memory:
             # vLLM's check needs free >= claim at its snapshot; after dropping caches free ~ MemAvailable.
-            room = inp.memory_available_gib if inp.memory_available_gib is not None else sys_total
+            room = (
+                (inp.memory_available_gib + own_host) if inp.memory_available_gib is not None else sys_total
+            )
             startup_room = room - context
             gpu_used_before = 0.0
         else:
@@ -367,6 +441,8 @@ class _Planner:
             threshold=inp.ray_memory_threshold if threshold is None else threshold,
             monitor=inp.ray_memory_monitor if monitor is None else monitor,
             unified=inp.unified_memory,
+            guard_percent=float(inp.earlyoom_term_percent),
+            own_host=own_host,
         )
 
     def bytes_per_token(self, tp: int | None = None) -> int | None:
@@ -433,9 +509,11 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
         "cuda_context_gib": _r(t.context),
         "cuda_graph_outside_claim_gib": _r(t.graph_out),
         "used_before_launch_gib": _r(t.os_used if t.unified else t.gpu_used_before),
+        "running_stack_host_gib": _r(t.own_host),
         "ray_and_host_processes_gib": _r(t.ray),
         "system_memory_total_gib": _r(t.sys_total),
         "ray_memory_threshold": t.threshold if t.monitor else None,
+        "earlyoom_term_percent": None if t.monitor else t.guard_percent,
         "safety_margin_gib": _r(t.margin),
         "startup_free_needed_gib": _r(ev["claim"] + t.context),
         "startup_room_gib": _r(t.startup_room + t.context),
@@ -463,6 +541,12 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
         "vllm_args": vllm_args,
         "vllm_args_kv_cache_memory_bytes": args_kv,
         "env": env,
+        # The guard that replaces Ray's monitor, from the same percentages as the limit.
+        "earlyoom_args": (
+            None
+            if inp.ray_memory_monitor
+            else earlyoom_args(inp.earlyoom_term_percent, inp.earlyoom_kill_percent)
+        ),
         "cuda_graph_memory_profiled": planner.profiled,
         "breakdown": breakdown,
         "shortfall_gib": shortfall,
@@ -478,7 +562,10 @@ def _limit_words(t: _Terms) -> str:
         return (
             f"Ray's memory-monitor limit {t.limit:.2f} GiB ({t.threshold} x {t.sys_total:.2f} GiB MemTotal)"
         )
-    return f"MemTotal {t.sys_total:.2f} GiB (Ray's monitor is off)"
+    return (
+        f"earlyoom's SIGTERM threshold {t.limit:.2f} GiB (MemTotal {t.sys_total:.2f} GiB less "
+        f"{t.guard_percent:g} %; Ray's monitor is off)"
+    )
 
 
 def _reasons(inp, t: _Terms, u, ev, *, recommended, bounds) -> list[str]:
@@ -489,7 +576,15 @@ def _reasons(inp, t: _Terms, u, ev, *, recommended, bounds) -> list[str]:
     if not checks["peak"] and ev["peak"] > t.limit:
         reasons.append(
             f"the {where} of {ev['peak']:.2f} GiB is over {_limit_words(t)} by {ev['peak'] - t.limit:.2f} GiB"
-            + (": Ray's memory monitor would kill a worker during startup" if t.unified and t.monitor else "")
+            + (
+                (
+                    ": Ray's memory monitor would kill a worker during startup"
+                    if t.monitor
+                    else ": earlyoom would kill"
+                )
+                if t.unified
+                else ""
+            )
         )
     elif not checks["peak"]:
         reasons.append(
@@ -530,8 +625,9 @@ def _reasons(inp, t: _Terms, u, ev, *, recommended, bounds) -> list[str]:
         )
     if not t.monitor:
         reasons.append(
-            "Ray's memory monitor is off (RAY_memory_monitor_refresh_ms=0), so the limit is MemTotal; "
-            "earlyoom must guard the node instead"
+            "Ray's memory monitor is off (RAY_memory_monitor_refresh_ms=0): earlyoom guards the node, so the "
+            f"limit is its SIGTERM threshold, MemTotal less {t.guard_percent:g} % (earlyoom -m), less the "
+            f"{t.margin:.2f} GiB safety margin"
         )
     return reasons
 
@@ -541,20 +637,7 @@ def _risks(inp, t: _Terms, ev, planner: _Planner) -> list[str]:
     risks: list[str] = []
     claim = ev["claim"]
     if t.unified:
-        if inp.memory_free_gib is not None:
-            if inp.memory_free_gib - t.context < claim <= t.startup_room:
-                risks.append(
-                    "page cache: on unified memory CUDA's free memory is MemFree "
-                    f"({inp.memory_free_gib:.2f} GiB), not MemAvailable, so vLLM's startup check sees less "
-                    f"than the {claim:.2f} GiB claim: drop caches before launch "
-                    "(sync; echo 3 > /proc/sys/vm/drop_caches)"
-                )
-        else:
-            risks.append(
-                "page cache: on unified memory CUDA's free memory is MemFree, not MemAvailable; vLLM's "
-                "startup check fails if page cache (e.g. from the model copy) fills memory: drop caches "
-                "before launch (sync; echo 3 > /proc/sys/vm/drop_caches). Give memory_free_gib to check."
-            )
+        risks.extend(page_cache_risks(inp.vllm_version, claim + t.context, inp.memory_free_gib))
         if inp.memory_available_gib is None:
             risks.append(
                 "memory_available_gib not given: the plan assumes nothing else uses memory on the node"
@@ -581,8 +664,8 @@ def _risks(inp, t: _Terms, ev, planner: _Planner) -> list[str]:
         )
     if not t.monitor:
         risks.append(
-            "Ray's memory monitor is off: install and run earlyoom (or systemd-oomd) so that a runaway "
-            "process is killed before the unified-memory node stalls"
+            "Ray's memory monitor is off: earlyoom must run with earlyoom_args (the ray_cluster role writes "
+            "them), or the node has no guard and a runaway allocation wedges it"
         )
     return risks
 
