@@ -216,6 +216,7 @@ def cluster_plan(nodes, choice, notes=None):
             if risk not in risks:
                 risks.append(risk)
     tokens = [n["kv_cache_tokens"] for n in per_node.values()]
+    guards = [nodes[h]["plan"].get("earlyoom_args") for h in sorted(nodes)]
     return {
         "fits": all(n["fits"] for n in per_node.values()),
         "gpu_memory_utilization": choice["value"],
@@ -227,6 +228,9 @@ def cluster_plan(nodes, choice, notes=None):
         "vllm_args": list(first.get("vllm_args") or []),
         "env": env,
         "ray_memory_monitor": "RAY_memory_monitor_refresh_ms" not in env,
+        # The guard the plan's limit assumes (one figure on every node: the same inputs).
+        "earlyoom_args": next((g for g in guards if g), None),
+        "drop_caches": any(bool(nodes[h]["plan"].get("drop_caches")) for h in sorted(nodes)),
         "nodes": per_node,
         "risks": risks,
         "notes": list(notes or []),
@@ -278,7 +282,13 @@ def summary_lines(plan, cluster_name=None, max_model_len=None):
         lines.append("earlyoom: not needed, Ray's memory monitor guards the nodes")
     else:
         lines.append(
-            "earlyoom: REQUIRED, Ray's memory monitor is off: run earlyoom (or systemd-oomd) on every node"
+            "earlyoom: Ray's memory monitor is off, the ray_cluster stage runs earlyoom on every node with "
+            f"EARLYOOM_ARGS={plan.get('earlyoom_args')} (the limits above are its SIGTERM threshold)"
+        )
+    if plan.get("drop_caches"):
+        lines.append(
+            "page cache: dropped right before each Ray unit and serve start (ExecStartPre: sync; "
+            "echo 1 > /proc/sys/vm/drop_caches); a node that cannot write it says so in the ray_cluster stage"
         )
     lines.extend(f"note: {note}" for note in plan["notes"])
     lines.extend(f"risk: {risk}" for risk in plan["risks"])

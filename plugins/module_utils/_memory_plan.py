@@ -99,6 +99,7 @@ class MemoryPlanInput:
     earlyoom_term_percent: float = DEFAULT_EARLYOOM_TERM_PERCENT
     earlyoom_kill_percent: float = DEFAULT_EARLYOOM_KILL_PERCENT
     running_stack_host_gib: float | None = None
+    drop_caches: bool = True
     safety_margin_gib: float = DEFAULT_SAFETY_MARGIN_GIB
     max_model_len: int | None = None
     max_num_seqs: int | None = None
@@ -547,6 +548,8 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
             if inp.ray_memory_monitor
             else earlyoom_args(inp.earlyoom_term_percent, inp.earlyoom_kill_percent)
         ),
+        # Drop the page cache right before the memory is claimed (unified memory only).
+        "drop_caches": bool(inp.unified_memory and inp.drop_caches),
         "cuda_graph_memory_profiled": planner.profiled,
         "breakdown": breakdown,
         "shortfall_gib": shortfall,

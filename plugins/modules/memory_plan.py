@@ -163,6 +163,13 @@ options:
     description: earlyoom's C(KILL_PERCENT) (SIGKILL), at most O(earlyoom_term_percent).
     type: float
     default: 2.0
+  drop_caches:
+    description:
+      - On unified memory, drop the page cache right before the memory is claimed (RV(drop_caches);
+        the Ray and serve units do it in their C(ExecStartPre)). The driver does not reliably
+        reclaim page cache for GPU allocations on a GB10.
+    type: bool
+    default: true
   running_stack_host_gib:
     description:
       - On a rerun, host memory this cluster's own running containers hold (their cgroups'
@@ -341,6 +348,11 @@ earlyoom_args:
   returned: always
   type: str
   sample: "-m 4,2 -s 100,100 -r 0 --prefer '^(ray::.*|VLLM::.*|vllm|pt_main_thread)$' --avoid '...'"
+drop_caches:
+  description: Whether the units drop the page cache before start (unified memory and O(drop_caches)).
+  returned: always
+  type: bool
+  sample: true
 cuda_graph_memory_profiled:
   description: Whether the plan put CUDA-graph memory inside the claim.
   returned: always
@@ -408,6 +420,7 @@ def main():
             "earlyoom_term_percent": {"type": "float", "default": 4.0},
             "earlyoom_kill_percent": {"type": "float", "default": 2.0},
             "running_stack_host_gib": {"type": "float"},
+            "drop_caches": {"type": "bool", "default": True},
             "safety_margin_gib": {"type": "float", "default": 1.0},
             "max_model_len": {"type": "int"},
             "max_num_seqs": {"type": "int"},
