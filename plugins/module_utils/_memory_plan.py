@@ -364,6 +364,14 @@ class _Planner:
                     "(vLLM before 0.21), the safer assumption for the peak. Give vllm_version."
                 )
             return False
+        if by_version and inp.unified_memory:
+            # vLLM's CUDA-graph estimate is unreliable on GB10 (negative estimates: vLLM #44740,
+            # #46932; under-counts: #51590): the plan turns it off (VLLM_MEMORY_PROFILER_ESTIMATE_
+            # CUDAGRAPHS=0, vllm/envs.py) and keeps its own reserve outside the claim.
+            self.sources["cuda_graph_memory_profiled"] = (
+                f"vllm_version {inp.vllm_version}; estimate turned off on unified memory"
+            )
+            return False
         self.sources["cuda_graph_memory_profiled"] = f"vllm_version {inp.vllm_version}"
         return by_version
 
@@ -488,7 +496,7 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
 
     reasons = _reasons(inp, t, u, ev, recommended=recommended, bounds=(upper, lower))
     risks = planner.risks + _risks(inp, t, ev, planner)
-    env = _env(inp)
+    env = _env(inp, planner.profiled)
     # Args for the given utilization, or the recommended one; none when nothing fits.
     planned = inp.gpu_memory_utilization is not None or recommended is not None
     vllm_args, args_kv = _vllm_args(inp, u, kv_bytes) if planned else ([], [])
@@ -673,13 +681,13 @@ def _risks(inp, t: _Terms, ev, planner: _Planner) -> list[str]:
     return risks
 
 
-def _env(inp) -> dict:
+def _env(inp, profiled: bool) -> dict:
     env: dict[str, str] = {}
     if not inp.ray_memory_monitor:
         env["RAY_memory_monitor_refresh_ms"] = "0"
     elif inp.ray_memory_threshold != DEFAULT_RAY_MEMORY_THRESHOLD:
         env["RAY_memory_usage_threshold"] = str(inp.ray_memory_threshold)
-    if inp.cuda_graph_memory_profiled is False and cuda_graphs_profiled(inp.vllm_version) and inp.cuda_graphs:
+    if not profiled and cuda_graphs_profiled(inp.vllm_version) and inp.cuda_graphs:
         env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"] = "0"
     return env
 
