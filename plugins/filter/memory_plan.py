@@ -48,6 +48,11 @@ def memory_plan_own_host(text):
     return round(cgroup_host_bytes(str(text or ""))["bytes"] / 1024**3, 3)
 
 
+def memory_plan_version_check(image_version, planned_version, host="the head"):
+    """ "" when the image's vLLM release is the one the plan assumed, else the failure with its fix."""
+    return cluster.version_mismatch(image_version, planned_version, host)
+
+
 class FilterModule:
     """sparkops.vllm memory plan filters."""
 
@@ -59,4 +64,5 @@ class FilterModule:
             "memory_plan_cluster": memory_plan_cluster,
             "memory_plan_summary": memory_plan_summary,
             "memory_plan_own_host": memory_plan_own_host,
+            "memory_plan_version_check": memory_plan_version_check,
         }

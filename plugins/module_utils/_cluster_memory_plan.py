@@ -13,6 +13,7 @@ tested without Ansible. The arithmetic stays in ``_memory_plan.py``.
 from __future__ import annotations
 
 import json
+import re
 
 # Which inventory variable moves each lever the planner names.
 LEVER_SETTINGS = {
@@ -172,6 +173,32 @@ def failure_report(host, role, plan, utilization_source=None):
         lines.append("  levers (inventory setting: value -> what it does):")
         lines.extend(f"    - {_lever_line(lever)}" for lever in levers)
     return lines
+
+
+def _release(version):
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version or ""))
+    return None if match is None else tuple(int(part or 0) for part in match.groups())
+
+
+def version_mismatch(image_version, planned_version, host="the head"):
+    """The image's vLLM decides: a message when it is not the release the plan assumed, else "".
+
+    The plan's model depends on the vLLM release (CUDA graphs inside the claim from 0.21,
+    MemAvailable at the startup check on unified memory from about 0.12), and preflight plans
+    with ``sparkops_vllm_version`` before the image stage has looked into the image. So a later
+    stage compares the two releases (X.Y.Z; pre-release and local tags such as ``rc1`` or
+    ``+sparkops.lab`` do not count) and fails with the fix. Nothing to compare is no mismatch.
+    """
+    image, planned = _release(image_version), _release(planned_version)
+    if image is None or planned is None or image == planned:
+        return ""
+    found = ".".join(map(str, image))
+    return (
+        f"{host}: the image holds vLLM {image_version}, but the memory plan was made for sparkops_vllm_version "
+        f"{planned_version}: the release decides whether CUDA graphs sit inside the claim and which free memory "
+        f'vLLM checks at start. Fix: set sparkops_vllm_version: "{found}" (group_vars/all/vllm.yml) and rerun '
+        "from preflight, or deploy an image of vLLM " + str(planned_version) + "."
+    )
 
 
 def cluster_plan(nodes, choice, notes=None):

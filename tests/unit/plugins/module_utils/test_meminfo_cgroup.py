@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: sparkops.vllm contributors
-"""The running stack's host memory from its containers' cgroups (a rerun's add-back)."""
+"""A rerun's add-back from the containers' cgroups, and the image's vLLM release deciding the plan."""
 
 import pytest
 from ansible_collections.sparkops.vllm.plugins.filter.memory_plan import FilterModule
@@ -39,3 +39,25 @@ def test_filter_gives_gib():
     text = f"3f2a9c1b7e4d {3200 * MIB} {900 * MIB}\n9b8c7d6e5f4a {4300 * MIB} {2048 * MIB}\n"
     assert FILTERS["memory_plan_own_host"](text) == round((3200 - 900 + 4300 - 2048) / 1024, 3)
     assert FILTERS["memory_plan_own_host"](None) == 0.0
+
+
+# The image stage records `vllm --version`; preflight planned with sparkops_vllm_version.
+# (image, inventory, mismatch?)
+VERSION_TABLE = [
+    ("0.17.1+sparkops.lab", "0.17.1", False),  # the lab's stand-in
+    ("0.17.1rc1", "0.17.1", False),  # the seeds' image
+    ("0.22.0", "0.17.1", True),  # the issue's case: graphs move into the claim from 0.21
+    ("0.17.2", "0.17.1", True),
+    (None, "0.17.1", False),  # the image stage has not looked yet (check mode before the image)
+    ("0.17.1", None, False),
+    ("not a version", "0.17.1", False),
+]
+
+
+@pytest.mark.parametrize("image,planned,mismatch", VERSION_TABLE)
+def test_the_images_vllm_decides(image, planned, mismatch):
+    message = FILTERS["memory_plan_version_check"](image, planned, "spark-1")
+    assert bool(message) is mismatch
+    if mismatch:
+        assert message.startswith(f"spark-1: the image holds vLLM {image}, but the memory plan was made for")
+        assert 'Fix: set sparkops_vllm_version: "' in message
