@@ -65,6 +65,11 @@ DEFAULT_CUDA_GRAPH_GIB = 3.5
 DEFAULT_RAY_HEAD_GIB = 3.0
 DEFAULT_RAY_WORKER_GIB = 1.5
 DEFAULT_SAFETY_MARGIN_GIB = 1.0
+# Weight post-processing (FP8/NVFP4 MoE conversion) holds a module's original and converted
+# copy at once, before the KV cache exists (vLLM PR #45179: a Ray OOM kill during the
+# conversion on two Sparks, TP=2). Estimate: two MoE layers of a 55 GiB shard over 42
+# layers, about 2 x 1.3 GiB, rounded up. vLLM prints no figure for it: measure and override.
+DEFAULT_LOAD_RESERVE_GIB = 3.0
 DEFAULT_RAY_MEMORY_THRESHOLD = 0.95
 # vLLM's default KV block size; token counts are whole blocks.
 KV_BLOCK_SIZE = 16
@@ -100,6 +105,7 @@ class MemoryPlanInput:
     earlyoom_kill_percent: float = DEFAULT_EARLYOOM_KILL_PERCENT
     running_stack_host_gib: float | None = None
     drop_caches: bool = True
+    load_reserve_gib: float | None = None
     safety_margin_gib: float = DEFAULT_SAFETY_MARGIN_GIB
     max_model_len: int | None = None
     max_num_seqs: int | None = None
@@ -149,6 +155,15 @@ class _Terms:
     unified: bool
     guard_percent: float = DEFAULT_EARLYOOM_TERM_PERCENT
     own_host: float = 0.0
+    load: float = 0.0
+
+    @property
+    def load_peak(self) -> float:
+        """While the weights load and are post-processed: before the KV cache and the graphs."""
+        before = (
+            self.os_used + self.context + self.ray if self.unified else self.gpu_used_before + self.context
+        )
+        return before + self.weights + self.load
 
     @property
     def in_claim(self) -> float:
@@ -206,9 +221,13 @@ def _host_fits(t: _Terms) -> bool:
     return t.host_limit is None or t.host_peak <= t.host_limit
 
 
+def _load_fits(t: _Terms, margin: float = 0.0) -> bool:
+    return t.load_peak + margin <= t.limit + 1e-9
+
+
 def _recommend(t: _Terms) -> float | None:
     upper, lower = _utilization_bounds(t)
-    if upper >= 0.01 and upper >= lower and _host_fits(t):
+    if upper >= 0.01 and upper >= lower and _host_fits(t) and _load_fits(t, t.margin):
         return upper
     return None
 
@@ -223,6 +242,7 @@ def _evaluate(t: _Terms, u: float, margin: float = 0.0) -> dict:
         "startup": claim <= t.startup_room + 1e-9,
         "kv": kv > 0 and kv + 1e-9 >= t.kv_need,
         "host": _host_fits(t),
+        "load": _load_fits(t, margin),
     }
     return {"claim": claim, "kv": kv, "peak": peak, "checks": checks, "margin": margin}
 
@@ -253,6 +273,7 @@ _NUMBERS = frozenset(
         "earlyoom_kill_percent",
         "running_stack_host_gib",
         "safety_margin_gib",
+        "load_reserve_gib",
         "max_model_len",
         "max_num_seqs",
         "kv_cache_bytes_per_token",
@@ -407,6 +428,7 @@ class _Planner:
             graph = 0.0
         ray_default = DEFAULT_RAY_HEAD_GIB if inp.node_role == "head" else DEFAULT_RAY_WORKER_GIB
         ray = self._term("ray_gib", inp.ray_reserve_gib, ray_default)
+        load = self._term("load_gib", inp.load_reserve_gib, DEFAULT_LOAD_RESERVE_GIB)
         sys_total = inp.system_memory_total_gib
         if sys_total is None and inp.unified_memory:
             sys_total = inp.memory_total_gib
@@ -452,6 +474,7 @@ class _Planner:
             unified=inp.unified_memory,
             guard_percent=float(inp.earlyoom_term_percent),
             own_host=own_host,
+            load=load,
         )
 
     def bytes_per_token(self, tp: int | None = None) -> int | None:
@@ -519,6 +542,8 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
         "cuda_graph_outside_claim_gib": _r(t.graph_out),
         "used_before_launch_gib": _r(t.os_used if t.unified else t.gpu_used_before),
         "running_stack_host_gib": _r(t.own_host),
+        "load_reserve_gib": _r(t.load),
+        "load_peak_gib": _r(t.load_peak),
         "ray_and_host_processes_gib": _r(t.ray),
         "system_memory_total_gib": _r(t.sys_total),
         "ray_memory_threshold": t.threshold if t.monitor else None,
@@ -618,6 +643,12 @@ def _reasons(inp, t: _Terms, u, ev, *, recommended, bounds) -> list[str]:
                 f"the KV cache of {ev['kv']:.2f} GiB cannot hold one sequence of max_model_len "
                 f"{inp.max_model_len} tokens ({t.kv_need:.2f} GiB)"
             )
+    if not checks["load"]:
+        reasons.append(
+            f"the load-time peak of {t.load_peak:.2f} GiB ({t.weights:.2f} GiB of weights and {t.load:.2f} GiB of "
+            f"weight post-processing, before the KV cache) is over {_limit_words(t)}"
+            + (f" less the {ev['margin']:.2f} GiB margin" if ev["margin"] else "")
+        )
     if not checks["host"]:
         reasons.append(
             f"host memory in use ({t.host_peak:.2f} GiB with Ray and vLLM's host processes) is over "
@@ -715,6 +746,8 @@ def _shortfall(t: _Terms, ev) -> float:
         gaps.append(max(t.kv_need, 0.01) - ev["kv"])
     if not ev["checks"]["host"]:
         gaps.append(t.host_peak - t.host_limit)
+    if not ev["checks"]["load"]:
+        gaps.append(t.load_peak + ev["margin"] - t.limit)
     return round(max(gaps), 2)
 
 

@@ -170,6 +170,13 @@ options:
         reclaim page cache for GPU allocations on a GB10.
     type: bool
     default: true
+  load_reserve_gib:
+    description:
+      - Memory per rank that weight post-processing (FP8/NVFP4 MoE conversion) holds on top of the
+        weights while they load, before the KV cache exists (vLLM PR #45179). The load-time peak
+        (used before launch, CUDA context, Ray and host processes, weights and this) is checked
+        against the same limit as the graph-capture peak. Default 3.0, an estimate.
+    type: float
   running_stack_host_gib:
     description:
       - On a rerun, host memory this cluster's own running containers hold (their cgroups'
@@ -421,6 +428,7 @@ def main():
             "earlyoom_kill_percent": {"type": "float", "default": 2.0},
             "running_stack_host_gib": {"type": "float"},
             "drop_caches": {"type": "bool", "default": True},
+            "load_reserve_gib": {"type": "float"},
             "safety_margin_gib": {"type": "float", "default": 1.0},
             "max_model_len": {"type": "int"},
             "max_num_seqs": {"type": "int"},

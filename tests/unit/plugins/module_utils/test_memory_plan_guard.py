@@ -243,3 +243,35 @@ def test_property_fits_never_reports_a_peak_above_the_limit(inp):
             dataclasses.replace(inp, gpu_memory_utilization=plan["recommended_gpu_memory_utilization"])
         )
         assert again["fits"] is True
+
+
+# ------------------------------------------------------------------ the load-time peak (vLLM PR #45179)
+
+# Unified, MemTotal 119.70, 2.0 GiB in use, head (3.0 GiB Ray), CUDA context 0.5:
+# load_peak = 2.0 + 0.5 + 3.0 + weights per rank + load_reserve_gib, against 0.95 x 119.70 = 113.72.
+LOAD_TABLE = [
+    # (weights over TP=2, load reserve, load peak, load check at the given 0.5, named in the reasons)
+    (205.0, None, 111.0, True, False),  # the default 3.0 GiB of post-processing fits
+    (205.0, 8.0, 116.0, False, True),  # a heavier conversion passes Ray's threshold while loading
+    (215.0, 0.0, 113.0, True, False),
+    (220.0, 3.0, 118.5, False, True),
+]
+
+
+@pytest.mark.parametrize("weights,reserve,peak,fits,named", LOAD_TABLE)
+def test_load_time_peak_is_checked_against_the_same_limit(weights, reserve, peak, fits, named):
+    plan = plan_memory(seed(weights_gib=weights, gpu_memory_utilization=0.5, load_reserve_gib=reserve))
+    assert plan["breakdown"]["load_peak_gib"] == pytest.approx(peak, abs=0.01)
+    assert plan["breakdown"]["load_reserve_gib"] == (3.0 if reserve is None else reserve)
+    reasons = " ".join(plan["reasons"])
+    assert ("the load-time peak of" in reasons) is named
+    if not fits:
+        assert plan["fits"] is False
+        assert plan["shortfall_gib"] >= round(peak - 113.72, 2)
+        # No utilization helps: the weights load before the claim's KV cache exists.
+        assert (
+            plan_memory(seed(weights_gib=weights, gpu_memory_utilization=None, load_reserve_gib=reserve))[
+                "recommended_gpu_memory_utilization"
+            ]
+            is None
+        )
