@@ -36,8 +36,11 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._memory_guard import
     page_cache_risks,
 )
 from ansible_collections.sparkops.vllm.plugins.module_utils._memory_plan_model import (  # noqa: F401 (re-exported)
+    _NUMBERS,
+    _RANGED,
     GIB,
     MemoryPlanError,
+    _number,
     kv_cache_bytes_per_token,
     kv_cache_layers,
     load_model_config,
@@ -249,53 +252,6 @@ def _evaluate(t: _Terms, u: float, margin: float = 0.0) -> dict:
 
 def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
-
-
-# The numeric inputs: each must be a finite number >= 0 (NaN and infinity pass every
-# comparison the checks make, so they are refused first, by name).
-_NUMBERS = frozenset(
-    {
-        "memory_total_gib",
-        "tensor_parallel_size",
-        "pipeline_parallel_size",
-        "weights_gib",
-        "memory_available_gib",
-        "memory_free_gib",
-        "system_memory_total_gib",
-        "gpu_memory_utilization",
-        "activation_reserve_gib",
-        "non_torch_reserve_gib",
-        "cuda_graph_reserve_gib",
-        "cuda_context_reserve_gib",
-        "ray_reserve_gib",
-        "ray_memory_threshold",
-        "earlyoom_term_percent",
-        "earlyoom_kill_percent",
-        "running_stack_host_gib",
-        "safety_margin_gib",
-        "load_reserve_gib",
-        "max_model_len",
-        "max_num_seqs",
-        "kv_cache_bytes_per_token",
-    }
-)
-
-
-# Checked against a range below, with a message that names the range.
-_RANGED = frozenset(
-    {"gpu_memory_utilization", "ray_memory_threshold", "earlyoom_term_percent", "earlyoom_kill_percent"}
-)
-
-
-def _number(name: str, value, *, negative_ok: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise MemoryPlanError(f"{name} is {value!r}, not a number: give a number >= 0.")
-    if not math.isfinite(value):
-        raise MemoryPlanError(
-            f"{name} is {value!r}: give a finite number >= 0 (NaN and infinity are refused)."
-        )
-    if value < 0 and not negative_ok:
-        raise MemoryPlanError(f"{name} is {value!r}: it must not be negative.")
 
 
 class _Planner:

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: sparkops.vllm contributors
-"""The memory plan's inputs read from the model's files: weight sizes and KV bytes per token.
+"""The memory plan's inputs: weight sizes and KV bytes per token from the model's files; numbers checked.
 
 Split from ``_memory_plan.py`` (the arithmetic), which re-exports these names.
 """
@@ -208,3 +208,52 @@ def load_model_config(path: str) -> dict:
             f"cannot read the model config {path}: {exc}. Give the path of the model's config.json, "
             "or kv_cache_bytes_per_token."
         ) from exc
+
+
+# ---------------------------------------------------------------- numbers
+
+# The numeric inputs: each must be a finite number >= 0 (NaN and infinity pass every
+# comparison the checks make, so they are refused first, by name).
+_NUMBERS = frozenset(
+    {
+        "memory_total_gib",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "weights_gib",
+        "memory_available_gib",
+        "memory_free_gib",
+        "system_memory_total_gib",
+        "gpu_memory_utilization",
+        "activation_reserve_gib",
+        "non_torch_reserve_gib",
+        "cuda_graph_reserve_gib",
+        "cuda_context_reserve_gib",
+        "ray_reserve_gib",
+        "ray_memory_threshold",
+        "earlyoom_term_percent",
+        "earlyoom_kill_percent",
+        "running_stack_host_gib",
+        "safety_margin_gib",
+        "load_reserve_gib",
+        "max_model_len",
+        "max_num_seqs",
+        "kv_cache_bytes_per_token",
+    }
+)
+
+
+# Checked against a range below, with a message that names the range.
+_RANGED = frozenset(
+    {"gpu_memory_utilization", "ray_memory_threshold", "earlyoom_term_percent", "earlyoom_kill_percent"}
+)
+
+
+def _number(name: str, value, *, negative_ok: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise MemoryPlanError(f"{name} is {value!r}, not a number: give a number >= 0.")
+    if not math.isfinite(value):
+        raise MemoryPlanError(
+            f"{name} is {value!r}: give a finite number >= 0 (NaN and infinity are refused)."
+        )
+    if value < 0 and not negative_ok:
+        raise MemoryPlanError(f"{name} is {value!r}: it must not be negative.")

@@ -71,9 +71,10 @@ options:
     type: float
   memory_free_gib:
     description:
-      - Free memory CUDA will report when vLLM starts. On unified memory this is MemFree (page
-        cache counts as used); on a discrete GPU the device's free memory.
-      - On unified memory it is only used to report the page-cache risk.
+      - Free memory CUDA will report when vLLM starts: MemFree on unified memory (page cache
+        counts as used), the device's free memory on a discrete GPU.
+      - On unified memory it is only used for the page-cache risk of vLLM before about 0.12,
+        whose startup check read it; later releases read MemAvailable there.
     type: float
   system_memory_total_gib:
     description:
