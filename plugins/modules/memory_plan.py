@@ -71,7 +71,7 @@ options:
     type: float
   memory_free_gib:
     description:
-      - Free memory CUDA will report when vLLM starts: MemFree on unified memory (page cache
+      - Free memory CUDA will report when vLLM starts, MemFree on unified memory (page cache
         counts as used), the device's free memory on a discrete GPU.
       - On unified memory it is only used for the page-cache risk of vLLM before about 0.12,
         whose startup check read it; later releases read MemAvailable there.
@@ -174,7 +174,7 @@ options:
   load_reserve_gib:
     description:
       - Memory per rank that weight post-processing (FP8/NVFP4 MoE conversion) holds on top of the
-        weights while they load, before the KV cache exists (vLLM PR #45179). The load-time peak
+        weights while they load, before the KV cache exists (vLLM pull request 45179). The load-time peak
         (used before launch, CUDA context, Ray and host processes, weights and this) is checked
         against the same limit as the graph-capture peak. Default 3.0, an estimate.
     type: float
