@@ -114,7 +114,7 @@ def page_cache_risks(vllm_version, startup_needed_gib, memory_free_gib):
     key = _version_key(vllm_version)
     drop = (
         "the ray_cluster role drops the page cache in each Ray unit's ExecStartPre "
-        "(ray_cluster_drop_caches; sync; echo 1 > /proc/sys/vm/drop_caches)"
+        "(preflight_plan_drop_caches; sync; echo 1 > /proc/sys/vm/drop_caches)"
     )
     risks = []
     if key is not None and key < MEMAVAILABLE_SINCE:
