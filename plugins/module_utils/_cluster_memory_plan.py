@@ -13,6 +13,7 @@ tested without Ansible. The arithmetic stays in ``_memory_plan.py``.
 from __future__ import annotations
 
 import json
+import re
 
 # Which inventory variable moves each lever the planner names.
 LEVER_SETTINGS = {
@@ -174,6 +175,32 @@ def failure_report(host, role, plan, utilization_source=None):
     return lines
 
 
+def _release(version):
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", str(version or ""))
+    return None if match is None else tuple(int(part or 0) for part in match.groups())
+
+
+def version_mismatch(image_version, planned_version, host="the head"):
+    """The image's vLLM decides: a message when it is not the release the plan assumed, else "".
+
+    The plan's model depends on the vLLM release (CUDA graphs inside the claim from 0.21,
+    MemAvailable at the startup check on unified memory from about 0.12), and preflight plans
+    with ``sparkops_vllm_version`` before the image stage has looked into the image. So a later
+    stage compares the two releases (X.Y.Z; pre-release and local tags such as ``rc1`` or
+    ``+sparkops.lab`` do not count) and fails with the fix. Nothing to compare is no mismatch.
+    """
+    image, planned = _release(image_version), _release(planned_version)
+    if image is None or planned is None or image == planned:
+        return ""
+    found = ".".join(map(str, image))
+    return (
+        f"{host}: the image holds vLLM {image_version}, but the memory plan was made for sparkops_vllm_version "
+        f"{planned_version}: the release decides whether CUDA graphs sit inside the claim and which free memory "
+        f'vLLM checks at start. Fix: set sparkops_vllm_version: "{found}" (group_vars/all/vllm.yml) and rerun '
+        "from preflight, or deploy an image of vLLM " + str(planned_version) + "."
+    )
+
+
 def cluster_plan(nodes, choice, notes=None):
     """The cluster's plan from every node's plan at the cluster's utilization.
 
@@ -216,6 +243,7 @@ def cluster_plan(nodes, choice, notes=None):
             if risk not in risks:
                 risks.append(risk)
     tokens = [n["kv_cache_tokens"] for n in per_node.values()]
+    guards = [nodes[h]["plan"].get("earlyoom_args") for h in sorted(nodes)]
     return {
         "fits": all(n["fits"] for n in per_node.values()),
         "gpu_memory_utilization": choice["value"],
@@ -227,6 +255,9 @@ def cluster_plan(nodes, choice, notes=None):
         "vllm_args": list(first.get("vllm_args") or []),
         "env": env,
         "ray_memory_monitor": "RAY_memory_monitor_refresh_ms" not in env,
+        # The guard the plan's limit assumes (one figure on every node: the same inputs).
+        "earlyoom_args": next((g for g in guards if g), None),
+        "drop_caches": any(bool(nodes[h]["plan"].get("drop_caches")) for h in sorted(nodes)),
         "nodes": per_node,
         "risks": risks,
         "notes": list(notes or []),
@@ -278,7 +309,13 @@ def summary_lines(plan, cluster_name=None, max_model_len=None):
         lines.append("earlyoom: not needed, Ray's memory monitor guards the nodes")
     else:
         lines.append(
-            "earlyoom: REQUIRED, Ray's memory monitor is off: run earlyoom (or systemd-oomd) on every node"
+            "earlyoom: Ray's memory monitor is off, the ray_cluster stage runs earlyoom on every node with "
+            f"EARLYOOM_ARGS={plan.get('earlyoom_args')} (the limits above are its SIGTERM threshold)"
+        )
+    if plan.get("drop_caches"):
+        lines.append(
+            "page cache: dropped right before each Ray unit and serve start (ExecStartPre: sync; "
+            "echo 1 > /proc/sys/vm/drop_caches); a node that cannot write it says so in the ray_cluster stage"
         )
     lines.extend(f"note: {note}" for note in plan["notes"])
     lines.extend(f"risk: {risk}" for risk in plan["risks"])

@@ -21,18 +21,36 @@ Callers: the ``memory_plan`` module, the launch-script action and the preflight 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 from dataclasses import dataclass, field, fields
 
+from ansible_collections.sparkops.vllm.plugins.module_utils._memory_guard import (
+    DEFAULT_EARLYOOM_KILL_PERCENT,
+    DEFAULT_EARLYOOM_TERM_PERCENT,
+    GuardError,
+    check_percents,
+    earlyoom_args,
+    earlyoom_limit,
+    page_cache_risks,
+)
+from ansible_collections.sparkops.vllm.plugins.module_utils._memory_plan_model import (  # noqa: F401 (re-exported)
+    _NUMBERS,
+    _RANGED,
+    GIB,
+    MemoryPlanError,
+    _number,
+    kv_cache_bytes_per_token,
+    kv_cache_layers,
+    load_model_config,
+    weight_files,
+    weights_bytes_from_path,
+)
 from ansible_collections.sparkops.vllm.plugins.module_utils._vllm_memory_log import (
     MEASURED_KEYS,
     parse_memory_lines,
 )
-
-GIB = 1024**3
 
 # Defaults; each one's source is in docs/memory-plan.md ("Reserves and their sources").
 # Seed (vLLM 0.17, GB10, TP=2): claim 0.90 x 121.7 = 109.53 GiB, weights 119 GB / 2 =
@@ -50,34 +68,16 @@ DEFAULT_CUDA_GRAPH_GIB = 3.5
 DEFAULT_RAY_HEAD_GIB = 3.0
 DEFAULT_RAY_WORKER_GIB = 1.5
 DEFAULT_SAFETY_MARGIN_GIB = 1.0
+# Weight post-processing (FP8/NVFP4 MoE conversion) holds a module's original and converted
+# copy at once, before the KV cache exists (vLLM PR #45179: a Ray OOM kill during the
+# conversion on two Sparks, TP=2). Estimate: two MoE layers of a 55 GiB shard over 42
+# layers, about 2 x 1.3 GiB, rounded up. vLLM prints no figure for it: measure and override.
+DEFAULT_LOAD_RESERVE_GIB = 3.0
 DEFAULT_RAY_MEMORY_THRESHOLD = 0.95
 # vLLM's default KV block size; token counts are whole blocks.
 KV_BLOCK_SIZE = 16
 # vLLM 0.21.0 made CUDA-graph memory profiling the default (fixture 15 says so).
 CUDA_GRAPH_PROFILED_SINCE = (0, 21)
-
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-# Files with weight suffixes that vLLM never loads as model weights.
-_NOT_WEIGHTS_RE = re.compile(r"^(training_args\.bin|optimizer\.pt|scheduler\.pt|rng_state.*\.pth)$")
-
-_DTYPE_BYTES = {
-    "float32": 4,
-    "fp32": 4,
-    "float": 4,
-    "bfloat16": 2,
-    "float16": 2,
-    "half": 2,
-    "bf16": 2,
-    "fp16": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_ds_mla": 1,
-}
-
-
-class MemoryPlanError(ValueError):
-    """Bad input. The message says what is wrong and how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,11 @@ class MemoryPlanInput:
     ray_reserve_gib: float | None = None
     ray_memory_threshold: float = DEFAULT_RAY_MEMORY_THRESHOLD
     ray_memory_monitor: bool = True
+    earlyoom_term_percent: float = DEFAULT_EARLYOOM_TERM_PERCENT
+    earlyoom_kill_percent: float = DEFAULT_EARLYOOM_KILL_PERCENT
+    running_stack_host_gib: float | None = None
+    drop_caches: bool = True
+    load_reserve_gib: float | None = None
     safety_margin_gib: float = DEFAULT_SAFETY_MARGIN_GIB
     max_model_len: int | None = None
     max_num_seqs: int | None = None
@@ -112,178 +117,6 @@ class MemoryPlanInput:
     model_config: dict | None = None
     measured: dict = field(default_factory=dict)
     weights_source: str = "weights_gib"
-
-
-# ---------------------------------------------------------------- inputs from files
-
-
-def weight_files(model_path: str) -> list[str]:
-    """The files vLLM would load as weights under ``model_path``, links followed.
-
-    In the Hugging Face cache layout (``models--org--name/{blobs,refs,snapshots}``) only
-    the snapshot ``refs/main`` names is read (else the newest one); blobs have no suffix.
-    When a directory holds safetensors, ``.bin``/``.pt`` copies are ignored, as vLLM
-    loads safetensors first; a ``consolidated*.safetensors`` next to sharded files is
-    the Mistral-format duplicate and is ignored too.
-    """
-    root = model_path
-    snapshots = os.path.join(model_path, "snapshots")
-    if os.path.isdir(snapshots):
-        ref = os.path.join(model_path, "refs", "main")
-        chosen = None
-        if os.path.isfile(ref):
-            with open(ref, encoding="utf-8") as handle:
-                candidate = os.path.join(snapshots, handle.read().strip())
-            if os.path.isdir(candidate):
-                chosen = candidate
-        if chosen is None:
-            entries = [os.path.join(snapshots, e) for e in os.listdir(snapshots)]
-            entries = [e for e in entries if os.path.isdir(e)]
-            if entries:
-                chosen = max(entries, key=os.path.getmtime)
-        if chosen is not None:
-            root = chosen
-    found: list[str] = []
-    for dirpath, _dirs, files in os.walk(root, followlinks=True):
-        names = [f for f in files if f.lower().endswith(WEIGHT_SUFFIXES) and not _NOT_WEIGHTS_RE.match(f)]
-        safetensors = [f for f in names if f.lower().endswith(".safetensors")]
-        if safetensors:
-            sharded = [f for f in safetensors if not f.startswith("consolidated")]
-            names = sharded or safetensors
-        found.extend(os.path.join(dirpath, f) for f in sorted(names))
-    return found
-
-
-def weights_bytes_from_path(model_path: str) -> int:
-    """Sum of the weight files' sizes, following links; one inode is counted once."""
-    if not os.path.isdir(model_path):
-        raise MemoryPlanError(
-            f"model_path {model_path!r} is not a directory on this host: give the directory that holds the "
-            "model's weight files (or its Hugging Face cache folder), or give weights_gib instead."
-        )
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for path in weight_files(model_path):
-        try:
-            st = os.stat(path)
-        except OSError as exc:
-            raise MemoryPlanError(
-                f"weight file {path} cannot be read ({exc.strerror}): a dangling link in the model folder? "
-                "Re-download the model, or give weights_gib."
-            ) from exc
-        key = (st.st_dev, st.st_ino)
-        if key not in seen:
-            seen.add(key)
-            total += st.st_size
-    if total == 0:
-        raise MemoryPlanError(
-            f"no weight files ({', '.join(WEIGHT_SUFFIXES)}) under model_path {model_path!r}: "
-            "point it at the model directory, or give weights_gib."
-        )
-    return total
-
-
-def _text_config(config: dict) -> dict:
-    # Multimodal checkpoints (Qwen3.5, Llama 4, Gemma 3) nest the language model's settings.
-    inner = config.get("text_config") or config.get("language_config") or {}
-    merged = dict(config)
-    merged.update(inner)
-    return merged
-
-
-def kv_cache_layers(config: dict) -> tuple[int, int]:
-    """(layers that keep a KV cache, all layers), from a model's config.json.
-
-    Hybrid models keep KV only in their full-attention layers: ``layer_types``
-    (Qwen3.5, Gemma 3), ``full_attention_interval`` (Qwen3-Next) or
-    ``hybrid_override_pattern`` (Nemotron-H, ``*`` marks attention).
-    """
-    cfg = _text_config(config)
-    layers = int(cfg.get("num_hidden_layers") or cfg.get("n_layer") or cfg.get("num_layers") or 0)
-    if layers <= 0:
-        raise MemoryPlanError(
-            "config.json has no num_hidden_layers: give kv_cache_bytes_per_token instead of the config."
-        )
-    layer_types = cfg.get("layer_types")
-    if isinstance(layer_types, list) and layer_types:
-        kv = sum(
-            1
-            for t in layer_types
-            if "attention" in str(t) and not any(x in str(t) for x in ("linear", "mamba", "delta"))
-        )
-        return kv, len(layer_types)
-    interval = cfg.get("full_attention_interval")
-    if isinstance(interval, int) and interval > 0:
-        return layers // interval, layers
-    pattern = cfg.get("hybrid_override_pattern")
-    if isinstance(pattern, str) and pattern:
-        return pattern.count("*"), len(pattern)
-    return layers, layers
-
-
-def kv_cache_bytes_per_token(
-    config: dict, tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1, kv_cache_dtype: str = "auto"
-) -> dict:
-    """Bytes of KV cache one token takes on one rank, and how they were derived.
-
-    Per layer with a KV cache: ``2 (K and V) x kv_heads_per_rank x head_dim x dtype``,
-    where ``kv_heads_per_rank = max(1, kv_heads // TP)`` (vLLM replicates KV heads when
-    TP exceeds them). MLA models (DeepSeek) store ``kv_lora_rank + qk_rope_head_dim``
-    per layer, replicated on every rank. Layers split over pipeline stages.
-    """
-    cfg = _text_config(config)
-    kv_layers, all_layers = kv_cache_layers(config)
-    dtype_name = str(kv_cache_dtype or "auto").lower()
-    if dtype_name == "auto":
-        dtype_name = (
-            str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16").lower().replace("torch.", "")
-        )
-    dtype_bytes = _DTYPE_BYTES.get(dtype_name)
-    if dtype_bytes is None and dtype_name.startswith("fp8"):
-        dtype_bytes = 1
-    if dtype_bytes is None:
-        raise MemoryPlanError(
-            f"unknown KV cache dtype {dtype_name!r}: use kv_cache_dtype auto, fp8, bfloat16 or float16."
-        )
-    layers_per_rank = math.ceil(kv_layers / max(1, pipeline_parallel_size))
-    if cfg.get("kv_lora_rank"):
-        per_layer_elems = int(cfg["kv_lora_rank"]) + int(cfg.get("qk_rope_head_dim") or 0)
-        heads_per_rank = 1
-        head_dim = per_layer_elems
-        kv_heads = 1
-        per_layer = per_layer_elems * dtype_bytes
-    else:
-        heads = int(cfg.get("num_attention_heads") or 0)
-        kv_heads = int(cfg.get("num_key_value_heads") or heads)
-        head_dim = int(cfg.get("head_dim") or (int(cfg.get("hidden_size") or 0) // heads if heads else 0))
-        if kv_heads <= 0 or head_dim <= 0:
-            raise MemoryPlanError(
-                "config.json lacks num_key_value_heads/num_attention_heads/head_dim: "
-                "give kv_cache_bytes_per_token instead."
-            )
-        heads_per_rank = max(1, kv_heads // max(1, tensor_parallel_size))
-        per_layer = 2 * heads_per_rank * head_dim * dtype_bytes
-    return {
-        "bytes_per_token": per_layer * layers_per_rank,
-        "kv_layers": kv_layers,
-        "layers": all_layers,
-        "kv_heads": kv_heads,
-        "kv_heads_per_rank": heads_per_rank,
-        "head_dim": head_dim,
-        "dtype_bytes": dtype_bytes,
-        "hybrid": kv_layers < all_layers,
-    }
-
-
-def load_model_config(path: str) -> dict:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise MemoryPlanError(
-            f"cannot read the model config {path}: {exc}. Give the path of the model's config.json, "
-            "or kv_cache_bytes_per_token."
-        ) from exc
 
 
 def parse_version(version: str | None) -> tuple[int, int] | None:
@@ -323,6 +156,17 @@ class _Terms:
     threshold: float
     monitor: bool
     unified: bool
+    guard_percent: float = DEFAULT_EARLYOOM_TERM_PERCENT
+    own_host: float = 0.0
+    load: float = 0.0
+
+    @property
+    def load_peak(self) -> float:
+        """While the weights load and are post-processed: before the KV cache and the graphs."""
+        before = (
+            self.os_used + self.context + self.ray if self.unified else self.gpu_used_before + self.context
+        )
+        return before + self.weights + self.load
 
     @property
     def in_claim(self) -> float:
@@ -335,10 +179,17 @@ class _Terms:
         return self.gpu_used_before + self.context + self.graph_out
 
     @property
+    def guard_limit(self) -> float | None:
+        """Ray's monitor's threshold, or with it off earlyoom's SIGTERM threshold."""
+        if self.sys_total is None:
+            return None
+        if self.monitor:
+            return self.threshold * self.sys_total
+        return earlyoom_limit(self.sys_total, self.guard_percent)
+
+    @property
     def limit(self) -> float:
-        if self.unified:
-            return self.threshold * self.sys_total if self.monitor else self.sys_total
-        return self.total
+        return self.guard_limit if self.unified else self.total
 
     @property
     def host_peak(self) -> float:
@@ -346,9 +197,7 @@ class _Terms:
 
     @property
     def host_limit(self) -> float | None:
-        if self.unified or self.sys_total is None:
-            return None
-        return self.threshold * self.sys_total if self.monitor else self.sys_total
+        return None if self.unified else self.guard_limit
 
 
 def _floor2(value: float) -> float:
@@ -375,9 +224,13 @@ def _host_fits(t: _Terms) -> bool:
     return t.host_limit is None or t.host_peak <= t.host_limit
 
 
+def _load_fits(t: _Terms, margin: float = 0.0) -> bool:
+    return t.load_peak + margin <= t.limit + 1e-9
+
+
 def _recommend(t: _Terms) -> float | None:
     upper, lower = _utilization_bounds(t)
-    if upper >= 0.01 and upper >= lower and _host_fits(t):
+    if upper >= 0.01 and upper >= lower and _host_fits(t) and _load_fits(t, t.margin):
         return upper
     return None
 
@@ -392,6 +245,7 @@ def _evaluate(t: _Terms, u: float, margin: float = 0.0) -> dict:
         "startup": claim <= t.startup_room + 1e-9,
         "kv": kv > 0 and kv + 1e-9 >= t.kv_need,
         "host": _host_fits(t),
+        "load": _load_fits(t, margin),
     }
     return {"claim": claim, "kv": kv, "peak": peak, "checks": checks, "margin": margin}
 
@@ -417,6 +271,17 @@ class _Planner:
 
     def _validate(self) -> None:
         inp = self.inp
+        for f in fields(MemoryPlanInput):
+            value = getattr(inp, f.name)
+            if f.name in _NUMBERS and value is not None:
+                _number(f.name, value, negative_ok=f.name in _RANGED)
+        for key, value in (inp.measured or {}).items():
+            if value is not None:
+                _number(f"measured.{key}", value)
+        try:
+            check_percents(inp.earlyoom_term_percent, inp.earlyoom_kill_percent)
+        except GuardError as exc:
+            raise MemoryPlanError(str(exc)) from None
         if not inp.memory_total_gib or inp.memory_total_gib <= 0:
             raise MemoryPlanError(
                 "memory_total_gib must be > 0: give the memory total vLLM sees (cudaMemGetInfo; "
@@ -443,13 +308,6 @@ class _Planner:
             )
         if inp.weights_gib is not None and inp.weights_gib <= 0:
             raise MemoryPlanError("weights_gib must be > 0 (the total of all weight files, in GiB).")
-        for name in ("memory_available_gib", "memory_free_gib", "system_memory_total_gib"):
-            value = getattr(inp, name)
-            if value is not None and value < 0:
-                raise MemoryPlanError(f"{name} must not be negative.")
-        for key, value in (inp.measured or {}).items():
-            if value is not None and (not isinstance(value, int | float) or value < 0):
-                raise MemoryPlanError(f"measured.{key} must be a number of GiB >= 0, not {value!r}.")
         if inp.max_model_len is not None and inp.max_model_len < 1:
             raise MemoryPlanError("max_model_len must be a positive number of tokens.")
 
@@ -482,6 +340,14 @@ class _Planner:
                     "vllm_version unknown: CUDA graphs are assumed to be captured outside the claim "
                     "(vLLM before 0.21), the safer assumption for the peak. Give vllm_version."
                 )
+            return False
+        if by_version and inp.unified_memory:
+            # vLLM's CUDA-graph estimate is unreliable on GB10 (negative estimates: vLLM #44740,
+            # #46932; under-counts: #51590): the plan turns it off (VLLM_MEMORY_PROFILER_ESTIMATE_
+            # CUDAGRAPHS=0, vllm/envs.py) and keeps its own reserve outside the claim.
+            self.sources["cuda_graph_memory_profiled"] = (
+                f"vllm_version {inp.vllm_version}; estimate turned off on unified memory"
+            )
             return False
         self.sources["cuda_graph_memory_profiled"] = f"vllm_version {inp.vllm_version}"
         return by_version
@@ -518,16 +384,22 @@ class _Planner:
             graph = 0.0
         ray_default = DEFAULT_RAY_HEAD_GIB if inp.node_role == "head" else DEFAULT_RAY_WORKER_GIB
         ray = self._term("ray_gib", inp.ray_reserve_gib, ray_default)
+        load = self._term("load_gib", inp.load_reserve_gib, DEFAULT_LOAD_RESERVE_GIB)
         sys_total = inp.system_memory_total_gib
         if sys_total is None and inp.unified_memory:
             sys_total = inp.memory_total_gib
         os_used = 0.0
+        # A rerun on a serving node: the running stack's own containers (their cgroups'
+        # memory less page cache) come back when they restart, like their GPU memory.
+        own_host = float(inp.running_stack_host_gib or 0.0)
         if inp.memory_available_gib is not None and sys_total is not None:
-            os_used = max(0.0, sys_total - inp.memory_available_gib)
+            os_used = max(0.0, sys_total - inp.memory_available_gib - own_host)
         context = float(inp.cuda_context_reserve_gib)
         if inp.unified_memory:
             # vLLM's check needs free >= claim at its snapshot; after dropping caches free ~ MemAvailable.
-            room = inp.memory_available_gib if inp.memory_available_gib is not None else sys_total
+            room = (
+                (inp.memory_available_gib + own_host) if inp.memory_available_gib is not None else sys_total
+            )
             startup_room = room - context
             gpu_used_before = 0.0
         else:
@@ -556,6 +428,9 @@ class _Planner:
             threshold=inp.ray_memory_threshold if threshold is None else threshold,
             monitor=inp.ray_memory_monitor if monitor is None else monitor,
             unified=inp.unified_memory,
+            guard_percent=float(inp.earlyoom_term_percent),
+            own_host=own_host,
+            load=load,
         )
 
     def bytes_per_token(self, tp: int | None = None) -> int | None:
@@ -600,7 +475,7 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
 
     reasons = _reasons(inp, t, u, ev, recommended=recommended, bounds=(upper, lower))
     risks = planner.risks + _risks(inp, t, ev, planner)
-    env = _env(inp)
+    env = _env(inp, planner.profiled)
     # Args for the given utilization, or the recommended one; none when nothing fits.
     planned = inp.gpu_memory_utilization is not None or recommended is not None
     vllm_args, args_kv = _vllm_args(inp, u, kv_bytes) if planned else ([], [])
@@ -622,9 +497,13 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
         "cuda_context_gib": _r(t.context),
         "cuda_graph_outside_claim_gib": _r(t.graph_out),
         "used_before_launch_gib": _r(t.os_used if t.unified else t.gpu_used_before),
+        "running_stack_host_gib": _r(t.own_host),
+        "load_reserve_gib": _r(t.load),
+        "load_peak_gib": _r(t.load_peak),
         "ray_and_host_processes_gib": _r(t.ray),
         "system_memory_total_gib": _r(t.sys_total),
         "ray_memory_threshold": t.threshold if t.monitor else None,
+        "earlyoom_term_percent": None if t.monitor else t.guard_percent,
         "safety_margin_gib": _r(t.margin),
         "startup_free_needed_gib": _r(ev["claim"] + t.context),
         "startup_room_gib": _r(t.startup_room + t.context),
@@ -652,6 +531,14 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
         "vllm_args": vllm_args,
         "vllm_args_kv_cache_memory_bytes": args_kv,
         "env": env,
+        # The guard that replaces Ray's monitor, from the same percentages as the limit.
+        "earlyoom_args": (
+            None
+            if inp.ray_memory_monitor
+            else earlyoom_args(inp.earlyoom_term_percent, inp.earlyoom_kill_percent)
+        ),
+        # Drop the page cache right before the memory is claimed (unified memory only).
+        "drop_caches": bool(inp.unified_memory and inp.drop_caches),
         "cuda_graph_memory_profiled": planner.profiled,
         "breakdown": breakdown,
         "shortfall_gib": shortfall,
@@ -667,7 +554,10 @@ def _limit_words(t: _Terms) -> str:
         return (
             f"Ray's memory-monitor limit {t.limit:.2f} GiB ({t.threshold} x {t.sys_total:.2f} GiB MemTotal)"
         )
-    return f"MemTotal {t.sys_total:.2f} GiB (Ray's monitor is off)"
+    return (
+        f"earlyoom's SIGTERM threshold {t.limit:.2f} GiB (MemTotal {t.sys_total:.2f} GiB less "
+        f"{t.guard_percent:g} %; Ray's monitor is off)"
+    )
 
 
 def _reasons(inp, t: _Terms, u, ev, *, recommended, bounds) -> list[str]:
@@ -678,7 +568,15 @@ def _reasons(inp, t: _Terms, u, ev, *, recommended, bounds) -> list[str]:
     if not checks["peak"] and ev["peak"] > t.limit:
         reasons.append(
             f"the {where} of {ev['peak']:.2f} GiB is over {_limit_words(t)} by {ev['peak'] - t.limit:.2f} GiB"
-            + (": Ray's memory monitor would kill a worker during startup" if t.unified and t.monitor else "")
+            + (
+                (
+                    ": Ray's memory monitor would kill a worker during startup"
+                    if t.monitor
+                    else ": earlyoom would kill"
+                )
+                if t.unified
+                else ""
+            )
         )
     elif not checks["peak"]:
         reasons.append(
@@ -701,6 +599,12 @@ def _reasons(inp, t: _Terms, u, ev, *, recommended, bounds) -> list[str]:
                 f"the KV cache of {ev['kv']:.2f} GiB cannot hold one sequence of max_model_len "
                 f"{inp.max_model_len} tokens ({t.kv_need:.2f} GiB)"
             )
+    if not checks["load"]:
+        reasons.append(
+            f"the load-time peak of {t.load_peak:.2f} GiB ({t.weights:.2f} GiB of weights and {t.load:.2f} GiB of "
+            f"weight post-processing, before the KV cache) is over {_limit_words(t)}"
+            + (f" less the {ev['margin']:.2f} GiB margin" if ev["margin"] else "")
+        )
     if not checks["host"]:
         reasons.append(
             f"host memory in use ({t.host_peak:.2f} GiB with Ray and vLLM's host processes) is over "
@@ -719,8 +623,9 @@ def _reasons(inp, t: _Terms, u, ev, *, recommended, bounds) -> list[str]:
         )
     if not t.monitor:
         reasons.append(
-            "Ray's memory monitor is off (RAY_memory_monitor_refresh_ms=0), so the limit is MemTotal; "
-            "earlyoom must guard the node instead"
+            "Ray's memory monitor is off (RAY_memory_monitor_refresh_ms=0): earlyoom guards the node, so the "
+            f"limit is its SIGTERM threshold, MemTotal less {t.guard_percent:g} % (earlyoom -m), less the "
+            f"{t.margin:.2f} GiB safety margin"
         )
     return reasons
 
@@ -730,20 +635,7 @@ def _risks(inp, t: _Terms, ev, planner: _Planner) -> list[str]:
     risks: list[str] = []
     claim = ev["claim"]
     if t.unified:
-        if inp.memory_free_gib is not None:
-            if inp.memory_free_gib - t.context < claim <= t.startup_room:
-                risks.append(
-                    "page cache: on unified memory CUDA's free memory is MemFree "
-                    f"({inp.memory_free_gib:.2f} GiB), not MemAvailable, so vLLM's startup check sees less "
-                    f"than the {claim:.2f} GiB claim: drop caches before launch "
-                    "(sync; echo 3 > /proc/sys/vm/drop_caches)"
-                )
-        else:
-            risks.append(
-                "page cache: on unified memory CUDA's free memory is MemFree, not MemAvailable; vLLM's "
-                "startup check fails if page cache (e.g. from the model copy) fills memory: drop caches "
-                "before launch (sync; echo 3 > /proc/sys/vm/drop_caches). Give memory_free_gib to check."
-            )
+        risks.extend(page_cache_risks(inp.vllm_version, claim + t.context, inp.memory_free_gib))
         if inp.memory_available_gib is None:
             risks.append(
                 "memory_available_gib not given: the plan assumes nothing else uses memory on the node"
@@ -770,19 +662,19 @@ def _risks(inp, t: _Terms, ev, planner: _Planner) -> list[str]:
         )
     if not t.monitor:
         risks.append(
-            "Ray's memory monitor is off: install and run earlyoom (or systemd-oomd) so that a runaway "
-            "process is killed before the unified-memory node stalls"
+            "Ray's memory monitor is off: earlyoom must run with earlyoom_args (the ray_cluster role writes "
+            "them), or the node has no guard and a runaway allocation wedges it"
         )
     return risks
 
 
-def _env(inp) -> dict:
+def _env(inp, profiled: bool) -> dict:
     env: dict[str, str] = {}
     if not inp.ray_memory_monitor:
         env["RAY_memory_monitor_refresh_ms"] = "0"
     elif inp.ray_memory_threshold != DEFAULT_RAY_MEMORY_THRESHOLD:
         env["RAY_memory_usage_threshold"] = str(inp.ray_memory_threshold)
-    if inp.cuda_graph_memory_profiled is False and cuda_graphs_profiled(inp.vllm_version) and inp.cuda_graphs:
+    if not profiled and cuda_graphs_profiled(inp.vllm_version) and inp.cuda_graphs:
         env["VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS"] = "0"
     return env
 
@@ -810,6 +702,8 @@ def _shortfall(t: _Terms, ev) -> float:
         gaps.append(max(t.kv_need, 0.01) - ev["kv"])
     if not ev["checks"]["host"]:
         gaps.append(t.host_peak - t.host_limit)
+    if not ev["checks"]["load"]:
+        gaps.append(t.load_peak + ev["margin"] - t.limit)
     return round(max(gaps), 2)
 
 

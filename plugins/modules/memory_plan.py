@@ -71,9 +71,10 @@ options:
     type: float
   memory_free_gib:
     description:
-      - Free memory CUDA will report when vLLM starts. On unified memory this is MemFree (page
-        cache counts as used); on a discrete GPU the device's free memory.
-      - On unified memory it is only used to report the page-cache risk.
+      - Free memory CUDA will report when vLLM starts, MemFree on unified memory (page cache
+        counts as used), the device's free memory on a discrete GPU.
+      - On unified memory it is only used for the page-cache risk of vLLM before about 0.12,
+        whose startup check read it; later releases read MemAvailable there.
     type: float
   system_memory_total_gib:
     description:
@@ -148,10 +149,41 @@ options:
   ray_memory_monitor:
     description:
       - False plans with Ray's memory monitor off; RV(env) then carries
-        C(RAY_memory_monitor_refresh_ms=0), the limit becomes MemTotal, and earlyoom must guard
-        the node instead.
+        C(RAY_memory_monitor_refresh_ms=0), earlyoom guards the node (RV(earlyoom_args)), and
+        the limit becomes earlyoom's SIGTERM threshold, MemTotal less O(earlyoom_term_percent).
     type: bool
     default: true
+  earlyoom_term_percent:
+    description:
+      - earlyoom's C(-m PERCENT) with Ray's monitor off; SIGTERM once less than this percentage
+        of memory is available. The plan keeps its peak under MemTotal less this percentage
+        (less O(safety_margin_gib)), and RV(earlyoom_args) carries the same figure.
+    type: float
+    default: 4.0
+  earlyoom_kill_percent:
+    description: earlyoom's C(KILL_PERCENT) (SIGKILL), at most O(earlyoom_term_percent).
+    type: float
+    default: 2.0
+  drop_caches:
+    description:
+      - On unified memory, drop the page cache right before the memory is claimed (RV(drop_caches);
+        the Ray and serve units do it in their C(ExecStartPre)). The driver does not reliably
+        reclaim page cache for GPU allocations on a GB10.
+    type: bool
+    default: true
+  load_reserve_gib:
+    description:
+      - Memory per rank that weight post-processing (FP8/NVFP4 MoE conversion) holds on top of the
+        weights while they load, before the KV cache exists (vLLM pull request 45179). The load-time peak
+        (used before launch, CUDA context, Ray and host processes, weights and this) is checked
+        against the same limit as the graph-capture peak. Default 3.0, an estimate.
+    type: float
+  running_stack_host_gib:
+    description:
+      - On a rerun, host memory this cluster's own running containers hold (their cgroups'
+        C(memory.current) less C(file), page cache). MemTotal minus MemAvailable already holds
+        it and it comes back when they restart, so it is added back like their GPU memory.
+    type: float
   safety_margin_gib:
     description: Headroom kept under the limit when recommending a utilization.
     type: float
@@ -274,8 +306,9 @@ peak_gib:
   sample: 112.44
 limit_gib:
   description:
-    - What the peak is compared with. Ray's threshold x MemTotal on unified memory, MemTotal with
-      Ray's monitor off, the device's total on discrete GPUs.
+    - What the peak is compared with. Ray's threshold x MemTotal on unified memory; with Ray's
+      monitor off earlyoom's SIGTERM threshold, MemTotal less O(earlyoom_term_percent); the
+      device's total on discrete GPUs.
   returned: always
   type: float
   sample: 113.72
@@ -293,11 +326,11 @@ reasons:
     - "the graph-capture peak of 118.53 GiB is over Ray's memory-monitor limit 113.72 GiB
       (0.95 x 119.70 GiB MemTotal) by 4.81 GiB"
 risks:
-  description: Things that may still go wrong (page cache vs MemFree, defaults in use, the monitor off).
+  description: Things that may still go wrong (page cache on unified memory, defaults in use, the monitor off).
   returned: always
   type: list
   elements: str
-  sample: ["page cache: on unified memory CUDA's free memory is MemFree, not MemAvailable; ..."]
+  sample: ["page cache: vLLM 0.17.1 reads MemAvailable at its startup check on an integrated GPU, ..."]
 vllm_args:
   description: vLLM argv items for the plan; empty when nothing fits.
   returned: always
@@ -315,6 +348,19 @@ env:
   returned: always
   type: dict
   sample: {"RAY_memory_monitor_refresh_ms": "0"}
+earlyoom_args:
+  description:
+    - With Ray's monitor off, C(EARLYOOM_ARGS) for C(/etc/default/earlyoom), from the same
+      percentages as RV(limit_gib); it prefers Ray's GPU workers and vLLM's engine and avoids
+      sshd, systemd, Docker and Ray's head processes. Null while Ray's monitor is on.
+  returned: always
+  type: str
+  sample: "-m 4,2 -s 100,100 -r 0 --prefer '^(ray::.*|VLLM::.*|vllm|pt_main_thread)$' --avoid '...'"
+drop_caches:
+  description: Whether the units drop the page cache before start (unified memory and O(drop_caches)).
+  returned: always
+  type: bool
+  sample: true
 cuda_graph_memory_profiled:
   description: Whether the plan put CUDA-graph memory inside the claim.
   returned: always
@@ -379,6 +425,11 @@ def main():
             "ray_reserve_gib": {"type": "float"},
             "ray_memory_threshold": {"type": "float", "default": 0.95},
             "ray_memory_monitor": {"type": "bool", "default": True},
+            "earlyoom_term_percent": {"type": "float", "default": 4.0},
+            "earlyoom_kill_percent": {"type": "float", "default": 2.0},
+            "running_stack_host_gib": {"type": "float"},
+            "drop_caches": {"type": "bool", "default": True},
+            "load_reserve_gib": {"type": "float"},
             "safety_margin_gib": {"type": "float", "default": 1.0},
             "max_model_len": {"type": "int"},
             "max_num_seqs": {"type": "int"},

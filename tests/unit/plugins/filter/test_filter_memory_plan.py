@@ -55,6 +55,8 @@ def test_filter_module_exports_the_documented_filters():
         "memory_plan_report",
         "memory_plan_cluster",
         "memory_plan_summary",
+        "memory_plan_own_host",
+        "memory_plan_version_check",
     }
 
 
@@ -228,7 +230,21 @@ def test_monitor_off_carries_the_env_and_demands_earlyoom():
     assert result["ray_memory_monitor"] is False
     text = "\n".join(FILTERS["memory_plan_summary"](result, "lab", 4096))
     assert "env: RAY_memory_monitor_refresh_ms=0" in text
-    assert "earlyoom: REQUIRED" in text
+    # The guard the limits assume, and the page-cache drop on unified memory.
+    assert result["earlyoom_args"].startswith("-m 4,2 -s 100,100 -r 0 --prefer ")
+    assert f"EARLYOOM_ARGS={result['earlyoom_args']} (the limits above are its SIGTERM threshold)" in text
+    assert result["drop_caches"] is True
+    assert "page cache: dropped right before each Ray unit and serve start" in text
+
+
+def test_monitor_on_has_no_guard_args_and_no_drop_when_turned_off():
+    nodes = _nodes(0.6, head={"drop_caches": False}, worker={"drop_caches": False})
+    result = cluster_plan(nodes, {"value": 0.6, "source": "given", "limited_by": None})
+    assert result["earlyoom_args"] is None
+    assert result["drop_caches"] is False
+    text = "\n".join(FILTERS["memory_plan_summary"](result, "lab", 4096))
+    assert "earlyoom: not needed" in text
+    assert "page cache:" not in text.split("risk:")[0]
 
 
 def test_summary_is_one_screen_with_every_node():

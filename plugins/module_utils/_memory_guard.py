@@ -1,0 +1,133 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+"""The node's out-of-memory guard when Ray's memory monitor is off: earlyoom, one source.
+
+The memory plan and the ray_cluster role read the same figures from here: the plan keeps
+its peak under earlyoom's SIGTERM threshold (less the safety margin), and the role writes
+``EARLYOOM_ARGS`` from :func:`earlyoom_args` (the plan records it, ``earlyoom_args``).
+
+earlyoom(1) (rfjakob/earlyoom MANPAGE.md; Debian/Ubuntu package ``earlyoom``):
+
+* ``-m PERCENT[,KILL_PERCENT]``: SIGTERM once available memory (MemAvailable) and free swap
+  are both below their PERCENT, SIGKILL below KILL_PERCENT (default PERCENT/2). Up to
+  v1.7 the percentage is of MemTotal; from v1.8 of "user mem total" (MemAvailable +
+  AnonPages), which is never more than MemTotal. So keeping MemAvailable at or above
+  PERCENT x MemTotal keeps earlyoom quiet with either version: the plan's limit is
+  ``MemTotal x (1 - PERCENT/100)``.
+* ``-M SIZE[,KILL_SIZE]`` (KiB) is the same minimum as an absolute size; with both, the
+  lower one wins. The project passes ``-m`` only.
+* ``-s 100,100`` ignores swap (GB10 nodes run without swap); ``-r 0`` no periodic report.
+* ``--prefer REGEX`` adds 300 to the oom_score of processes whose ``comm`` (the first 15
+  bytes of the name, /proc/PID/comm) matches; ``--avoid REGEX`` subtracts 300.
+* ``--dryrun``: choose a victim and report it, kill nothing (the lab proves the choice).
+
+Why prefer/avoid matter on a GB10: cudaMalloc memory is not in a process's RSS, so
+oom_score alone does not point at the process holding the unified memory. The holders
+are Ray's GPU workers (setproctitle ``ray::RayWorkerWrapper`` -> comm ``ray::RayWorkerW``)
+and vLLM's engine (``VLLM::EngineCore`` -> comm ``VLLM::EngineCor``; vLLM's own
+``vllm`` and PyTorch's ``pt_main_thread``). Never the node's access and runtime (sshd,
+systemd, dockerd, containerd) nor Ray's head processes, whose loss takes the whole
+cluster down (gcs_server, raylet, the dashboard and log monitor).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+# The SIGTERM and SIGKILL thresholds in percent of memory the project gives earlyoom.
+# 4 % of a 119.70 GiB GB10 is 4.79 GiB: room for the kernel and sshd when the guard fires.
+DEFAULT_EARLYOOM_TERM_PERCENT = 4.0
+DEFAULT_EARLYOOM_KILL_PERCENT = 2.0
+
+EARLYOOM_PREFER = r"^(ray::.*|VLLM::.*|vllm|pt_main_thread)$"
+EARLYOOM_AVOID = (
+    r"^(sshd|systemd|systemd-.*|dockerd|containerd|containerd-shim.*|earlyoom|"
+    r"gcs_server|raylet|dashboard|log_monitor.*|ray_client_ser.*)$"
+)
+
+
+class GuardError(ValueError):
+    """A guard setting that earlyoom would refuse; the message names it and the fix."""
+
+
+def check_percents(term: float, kill: float) -> None:
+    """Refuse thresholds earlyoom refuses (exit 15) or that make no sense to plan with."""
+    for name, value in (("earlyoom_term_percent", term), ("earlyoom_kill_percent", kill)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise GuardError(
+                f"{name} is {value!r}: give a percentage such as {DEFAULT_EARLYOOM_TERM_PERCENT}."
+            )
+        if not 0 < value < 100:
+            raise GuardError(
+                f"{name} {value} is outside (0, 100): earlyoom's -m takes a percentage of memory."
+            )
+    if kill > term:
+        raise GuardError(
+            f"earlyoom_kill_percent {kill} is above earlyoom_term_percent {term}: SIGKILL comes after SIGTERM, "
+            "give a kill percent at most the term percent (earlyoom's default is half)."
+        )
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+def earlyoom_args(
+    term: float = DEFAULT_EARLYOOM_TERM_PERCENT, kill: float = DEFAULT_EARLYOOM_KILL_PERCENT
+) -> str:
+    """EARLYOOM_ARGS for /etc/default/earlyoom (the Debian package's unit reads it)."""
+    check_percents(term, kill)
+    return f"-m {_number(term)},{_number(kill)} -s 100,100 -r 0 --prefer '{EARLYOOM_PREFER}' --avoid '{EARLYOOM_AVOID}'"
+
+
+def earlyoom_limit(sys_total: float, term: float) -> float:
+    """The most the node may use, in the unit of ``sys_total``, before earlyoom sends SIGTERM."""
+    return sys_total * (1.0 - term / 100.0)
+
+
+# --- page cache on unified memory ------------------------------------------------------------
+#
+# What vLLM and the driver do with the page cache on a GB10, per version (docs/memory-plan.md,
+# "GB10 facts"):
+# * cudaMemGetInfo on an integrated GPU reports MemFree: page cache counts as used (NVIDIA's
+#   CUDA for Tegra application note; DGX Spark known issues, "memory reporting differences
+#   with unified memory architecture").
+# * vLLM from about 0.12 replaces it with MemAvailable at its startup snapshot
+#   (vllm/utils/mem_utils.py MemorySnapshot.measure(); PR #35356 keys it on is_integrated;
+#   confirmed on a GB10 with 0.24.0 in vllm-project/vllm#48140). Before, MemFree decided.
+# * Either way the driver does not reliably reclaim page cache for its own allocations:
+#   NV_ERR_NO_MEMORY with MemAvailable still about 22 GiB (vllm-project/vllm#56824, vLLM
+#   0.29.0, driver 580.173.02; NVIDIA/open-gpu-kernel-modules#1358 wedges the host).
+#   Dropping the page cache right before the memory is claimed is the fix NVIDIA's Spark
+#   guidance gives; the ray_cluster role does it in the Ray unit's ExecStartPre.
+MEMAVAILABLE_SINCE = (0, 12)
+
+
+def _version_key(version):
+    match = re.search(r"(\d+)\.(\d+)", str(version or ""))
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def page_cache_risks(vllm_version, startup_needed_gib, memory_free_gib):
+    """The page-cache risks on unified memory for this vLLM version, in plain words."""
+    key = _version_key(vllm_version)
+    drop = (
+        "the ray_cluster role drops the page cache in each Ray unit's ExecStartPre "
+        "(preflight_plan_drop_caches; sync; echo 1 > /proc/sys/vm/drop_caches)"
+    )
+    risks = []
+    if key is not None and key < MEMAVAILABLE_SINCE:
+        if memory_free_gib is None or memory_free_gib < startup_needed_gib:
+            risks.append(
+                f"page cache: vLLM {vllm_version} reads CUDA's free memory at its startup check, which on an "
+                "integrated GPU is MemFree (page cache counts as used); the check fails when the model copy's "
+                f"page cache fills memory ({startup_needed_gib:.2f} GiB must be free): {drop}"
+            )
+    else:
+        risks.append(
+            f"page cache: vLLM {vllm_version or '(version unknown)'} reads MemAvailable at its startup check on an "
+            "integrated GPU, so page cache passes the check, but the driver does not reliably reclaim it for its "
+            f"allocations (NV_ERR_NO_MEMORY with MemAvailable left, vLLM #56824): {drop}"
+        )
+    return risks
