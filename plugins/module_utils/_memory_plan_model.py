@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+from ansible_collections.sparkops.vllm.plugins.module_utils._safe_read import open_regular
 
 GIB = 1024**3
 
@@ -56,7 +57,7 @@ def weight_files(model_path: str) -> list[str]:
         ref = os.path.join(model_path, "refs", "main")
         chosen = None
         if os.path.isfile(ref):
-            with open(ref, encoding="utf-8") as handle:
+            with open_regular(ref, "r", encoding="utf-8") as handle:
                 candidate = os.path.join(snapshots, handle.read().strip())
             if os.path.isdir(candidate):
                 chosen = candidate
@@ -201,7 +202,7 @@ def kv_cache_bytes_per_token(
 
 def load_model_config(path: str) -> dict:
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_regular(path, "r", encoding="utf-8") as handle:
             return json.load(handle)
     except (OSError, ValueError) as exc:
         raise MemoryPlanError(

@@ -21,6 +21,8 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.sparkops.vllm.plugins.module_utils._safe_read import open_regular
+
 MANIFEST_VERSION = 1
 CHUNK_BYTES = 8 * 1024 * 1024
 # Not part of the model: our own state (partial transfers, manifests) and the
@@ -100,26 +102,24 @@ def drop_from_page_cache(fd):
 def sha256_file(path, drop_cache=True):
     """The file's sha256 hex digest; with drop_cache, its pages leave the page cache afterwards."""
     digest = hashlib.sha256()
-    fd = os.open(path, os.O_RDONLY)
-    try:
+    # open_regular: a FIFO or device among the model's files is refused, never waited on.
+    with open_regular(path, "rb") as handle:
+        fd = handle.fileno()
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        with os.fdopen(os.dup(fd), "rb", buffering=0) as handle:
-            while True:
-                chunk = handle.read(CHUNK_BYTES)
-                if not chunk:
-                    break
-                digest.update(chunk)
+        while True:
+            chunk = handle.read(CHUNK_BYTES)
+            if not chunk:
+                break
+            digest.update(chunk)
         if drop_cache:
             drop_from_page_cache(fd)
-    finally:
-        os.close(fd)
     return digest.hexdigest()
 
 
 def load_manifest(path):
     """The manifest at path, or an empty one when there is none or it is unreadable."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_regular(path, "r", encoding="utf-8") as handle:
             data = json.load(handle)
     except (OSError, ValueError):
         return {"version": MANIFEST_VERSION, "files": {}}

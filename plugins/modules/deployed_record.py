@@ -84,6 +84,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record as record
+from ansible_collections.sparkops.vllm.plugins.module_utils._safe_read import open_regular
 
 
 def main():
@@ -110,7 +111,7 @@ def main():
         )
     before = ""
     if os.path.exists(path):
-        with open(path, encoding="utf-8") as handle:
+        with open_regular(path, "r", encoding="utf-8") as handle:
             before = handle.read()
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     try:

@@ -63,3 +63,33 @@ def test_support_files_note_a_fifo_instead_of_hanging(tmp_path):
     files, notes = _support_bundle.collect_files([str(_fifo(tmp_path))], 1024)
     assert files == []
     assert "a FIFO" in notes[0]["note"]
+
+
+# Every other reader of a path an operator or a node can plant: given a FIFO it refuses
+# at once instead of blocking in open() (issue 14: modules refuse paths that are not
+# regular files).
+def _manifest_reader(path):
+    from ansible_collections.sparkops.vllm.plugins.module_utils import _model_manifest  # noqa: PLC0415
+
+    return _model_manifest.sha256_file(str(path))
+
+
+def _model_config_reader(path):
+    from ansible_collections.sparkops.vllm.plugins.module_utils import _memory_plan_model  # noqa: PLC0415
+
+    return _memory_plan_model.load_model_config(str(path))
+
+
+@pytest.mark.parametrize(
+    "reader", [_manifest_reader, _model_config_reader], ids=["sha256_file", "model_config"]
+)
+def test_the_model_readers_refuse_a_fifo(tmp_path, reader):
+    with pytest.raises(Exception) as caught:  # each reader wraps the refusal its own way
+        reader(_fifo(tmp_path))
+    assert "not a regular file" in str(caught.value)
+
+
+def test_a_manifest_that_is_a_fifo_counts_as_no_manifest(tmp_path):
+    from ansible_collections.sparkops.vllm.plugins.module_utils import _model_manifest  # noqa: PLC0415
+
+    assert _model_manifest.load_manifest(str(_fifo(tmp_path)))["files"] == {}
