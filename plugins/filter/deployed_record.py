@@ -18,8 +18,23 @@ def deployed_record_images(doc):
     return record.images(doc)
 
 
+def deployed_cluster_plan(texts):
+    """The cluster's deployed memory plan from every node's record text ({host: text}), for diagnose."""
+    return record.cluster_plan({host: record.load(text) for host, text in (texts or {}).items()})
+
+
+def deployed_summary(texts):
+    """One line per node of what its record says is deployed ({host: text})."""
+    return record.summary_lines({host: record.load(text) for host, text in (texts or {}).items()})
+
+
 class FilterModule:
     """sparkops.vllm deployed record filters."""
 
     def filters(self):
-        return {"deployed_record": deployed_record, "deployed_record_images": deployed_record_images}
+        return {
+            "deployed_record": deployed_record,
+            "deployed_record_images": deployed_record_images,
+            "deployed_cluster_plan": deployed_cluster_plan,
+            "deployed_summary": deployed_summary,
+        }

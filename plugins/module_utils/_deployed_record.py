@@ -141,3 +141,69 @@ def images(doc: Mapping[str, Any] | None) -> list[str]:
         if isinstance(ref, str) and ref and ref not in found:
             found.append(ref)
     return found
+
+
+def _number(value: Any) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+
+
+def cluster_plan(docs: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
+    """The deployed memory plan of the cluster, from every node's record, in the shape diagnose takes.
+
+    ``docs`` maps each host to its loaded record. The result is what preflight's cluster
+    plan holds (``gpu_memory_utilization``, ``utilization_source``, ``fits``, and per node
+    its ``peak_gib``, ``limit_gib``, ``recommended_gpu_memory_utilization``), as of the run
+    that deployed it: an empty mapping when no node has a plan section.
+    """
+    nodes = {}
+    chosen = {}
+    for host, doc in sorted(docs.items()):
+        plan = section(doc, "plan")
+        if not plan:
+            continue
+        chosen = chosen or plan
+        node = plan.get("node") if isinstance(plan.get("node"), Mapping) else {}
+        nodes[host] = {
+            key: node.get(key)
+            for key in ("role", "fits", "peak_gib", "limit_gib", "recommended_gpu_memory_utilization")
+            if key in node
+        }
+    if not nodes:
+        return {}
+    fits = [node.get("fits") for node in nodes.values() if isinstance(node.get("fits"), bool)]
+    return {
+        "gpu_memory_utilization": _number(chosen.get("gpu_memory_utilization")),
+        "utilization_source": chosen.get("utilization_source"),
+        "fits": all(fits) if fits else None,
+        "nodes": nodes,
+    }
+
+
+def summary_lines(docs: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    """One line per node of what is deployed there: role, image and versions, the plan, when."""
+    lines = []
+    for host, doc in sorted(docs.items()):
+        if not doc or not doc.get("sections"):
+            lines.append(f"{host}: no deployed record (never configured by deploy.yml, or before schema 1)")
+            continue
+        image, plan = section(doc, "image"), section(doc, "plan")
+        versions = ", ".join(
+            f"{name} {image[key]}"
+            for name, key in (("vLLM", "vllm_version"), ("Ray", "ray_version"), ("NCCL", "nccl_version"))
+            if image.get(key)
+        )
+        node = plan.get("node") if isinstance(plan.get("node"), Mapping) else {}
+        peak, limit = _number(node.get("peak_gib")), _number(node.get("limit_gib"))
+        figures = f", peak {peak:.2f} of {limit:.2f} GiB" if peak is not None and limit is not None else ""
+        util = _number(plan.get("gpu_memory_utilization"))
+        plan_text = (
+            f"utilization {util} ({plan.get('utilization_source') or '?'}){figures}"
+            if util is not None
+            else "no plan"
+        )
+        lines.append(
+            f"{host} ({doc.get('role') or '?'}): image {image.get('ref') or '?'}"
+            + (f" [{versions}]" if versions else "")
+            + f"; {plan_text}; recorded {doc.get('recorded_at') or '?'}"
+        )
+    return lines

@@ -80,10 +80,54 @@ def since_epoch(since, now=None):
     return None
 
 
+# ``since`` for "from each unit's last start": the default of cluster diagnose, so
+# a report is not muddled by the failures of starts that are over (issue 17).
+LAST_START = "last-start"
+
+
+def parse_unit_start(text):
+    """The epoch of ``systemctl show -p InactiveExitTimestamp --timestamp=unix --value``; None if never started.
+
+    InactiveExitTimestamp is when the unit last left "inactive": a unit in an
+    auto-restart loop stays out of inactive between its tries, so the time is the
+    start of the loop and its first failure is kept.
+    """
+    match = re.fullmatch(r"@(\d+(?:\.\d+)?)", (text or "").strip())
+    return float(match.group(1)) if match else None
+
+
+def unit_started_epoch(unit):
+    """When the unit last started (epoch seconds), or None when systemd has no such time."""
+    rc, out, _ = _run(
+        ["systemctl", "show", "-p", "InactiveExitTimestamp", "--timestamp=unix", "--value", unit], timeout=30
+    )
+    return parse_unit_start(out) if rc == 0 else None
+
+
+def resolve_since(units, since):
+    """Each unit's journalctl --since value and the earliest of them (for logs that are not per unit).
+
+    ``since`` is a journalctl time, empty (the last lines), or LAST_START: then each unit
+    reads from its own last start (``@EPOCH``), and a unit that never started reads its
+    last lines.
+    """
+    if since != LAST_START:
+        return dict.fromkeys(units, since or None), since or None
+    starts = {unit: unit_started_epoch(unit) for unit in units}
+    per_unit = {unit: (f"@{int(epoch)}" if epoch is not None else None) for unit, epoch in starts.items()}
+    known = [epoch for epoch in starts.values() if epoch is not None]
+    return per_unit, (f"@{int(min(known))}" if known else None)
+
+
 def collect_journals(units, lines, since=None):
-    """One file per unit: its journal (last ``lines`` lines); a unit with no journal becomes a note."""
+    """One file per unit: its journal (last ``lines`` lines); a unit with no journal becomes a note.
+
+    ``since``: one journalctl time for every unit, or a dict of each unit's own.
+    """
     files, notes = [], []
+    per_unit = since if isinstance(since, dict) else dict.fromkeys(units, since)
     for unit in units:
+        since = per_unit.get(unit)
         argv = ["journalctl", "--no-pager", "--output=short-iso", "-n", str(lines), "-u", unit]
         if since:
             argv.append(f"--since={since}")

@@ -79,6 +79,9 @@ options:
     description:
       - Read journals from this time on (any C(journalctl --since) value, for example C(-2h) or C(@1767225600)).
         Empty reads the last O(max_lines) lines whenever they were written.
+      - C(last-start) reads each unit's journal from that unit's last start (systemd's C(InactiveExitTimestamp);
+        a unit in an auto-restart loop keeps the start of the loop); a unit that never started gives its last
+        lines. Ray's log files are then limited to those written since the earliest of those starts.
       - Given as C(@EPOCH) or C(-N) with a unit (C(s), C(m), C(h), C(d)), it also limits the container logs
         (C(docker logs --since)) and leaves out files under O(log_dirs) last written before it.
     type: str
@@ -179,8 +182,9 @@ def main():
         supports_check_mode=True,
     )
     params = module.params
-    files, notes = support.collect_journals(params["units"], params["max_lines"], params["since"] or None)
-    since = support.since_epoch(params["since"])
+    per_unit, earliest = support.resolve_since(params["units"], params["since"])
+    files, notes = support.collect_journals(params["units"], params["max_lines"], per_unit)
+    since = support.since_epoch(earliest)
     units = support.unit_states(params["units"])
     more, more_notes = support.collect_files(params["files"], params["max_bytes"])
     files += more

@@ -128,3 +128,65 @@ def test_the_readers():
     assert deployed_record(text, "network") == {}
     assert deployed_record_images(deployed_record(text)) == ["img:1", "img:2"]
     assert deployed_record_images(deployed_record("")) == []
+
+
+# --- cluster diagnose's context: the deployed plan and the summary lines (issue 17) ---------
+
+
+def _node_record(host, role, util, peak, limit, *, fits=True, recommended=0.56):
+    return {
+        "schema": 1,
+        "host": host,
+        "role": role,
+        "recorded_at": "2026-12-01T18:40:00Z",
+        "sections": {
+            "plan": {
+                "gpu_memory_utilization": util,
+                "utilization_source": "recommended",
+                "node": {
+                    "role": role,
+                    "fits": fits,
+                    "peak_gib": peak,
+                    "limit_gib": limit,
+                    "recommended_gpu_memory_utilization": recommended,
+                },
+            },
+            "image": {"ref": "sparkops/vllm-lab:ef23", "vllm_version": "0.17.1", "ray_version": "2.60.0"},
+        },
+    }
+
+
+def test_the_cluster_plan_is_every_nodes_deployed_plan():
+    docs = {
+        "spark-1": _node_record("spark-1", "head", 0.55, 20.1, 22.4),
+        "spark-2": _node_record("spark-2", "worker", 0.55, 21.9, 22.4, fits=False, recommended=0.5),
+        "spark-3": {},
+    }
+    plan = record.cluster_plan(docs)
+    assert plan["gpu_memory_utilization"] == 0.55
+    assert plan["utilization_source"] == "recommended"
+    assert plan["fits"] is False
+    assert set(plan["nodes"]) == {"spark-1", "spark-2"}
+    assert plan["nodes"]["spark-2"]["peak_gib"] == 21.9
+    assert record.cluster_plan({"spark-1": {}, "spark-2": None}) == {}
+
+
+def test_the_summary_names_image_versions_and_plan_per_node():
+    lines = record.summary_lines(
+        {"spark-2": {}, "spark-1": _node_record("spark-1", "head", 0.55, 20.1, 22.4)}
+    )
+    assert lines[0] == (
+        "spark-1 (head): image sparkops/vllm-lab:ef23 [vLLM 0.17.1, Ray 2.60.0]; "
+        "utilization 0.55 (recommended), peak 20.10 of 22.40 GiB; recorded 2026-12-01T18:40:00Z"
+    )
+    assert lines[1].startswith("spark-2: no deployed record")
+
+
+def test_diagnose_names_the_deployed_plans_peak_and_limit():
+    from ansible_collections.sparkops.vllm.plugins.module_utils import _diagnose  # noqa: PLC0415
+
+    docs = {"spark-1": _node_record("spark-1", "head", 0.9, 116.7, 114.9, fits=False, recommended=0.87)}
+    line = "(raylet) Memory on the node (IP: 192.168.200.12, ID: abc) where the task was running was 113.78GB / 119.70GB (0.950533), which exceeds the memory usage threshold of 0.95. Ray killed this worker"
+    report = _diagnose.diagnose_text(line, context={"memory_plan": record.cluster_plan(docs)})
+    fixes = " ".join(finding["fix"] for finding in report["findings"])
+    assert "peak 116.7 GiB over the limit 114.9 GiB on spark-1" in fixes

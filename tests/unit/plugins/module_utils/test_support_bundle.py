@@ -325,3 +325,52 @@ def test_since_leaves_out_older_files_and_asks_docker_for_newer_lines(tmp_path, 
         "2000",
         "sparkops-lab-vllm",
     ]
+
+
+# --- cluster diagnose reads each unit from its last start (issue 17) ------------------------
+
+
+# `systemctl show -p InactiveExitTimestamp --timestamp=unix --value UNIT` as systemd 252
+# (Debian 12, the lab's nodes) prints it: "@EPOCH", or an empty line for a unit that never ran.
+@pytest.mark.parametrize(
+    ("text", "epoch"),
+    [
+        ("@1764612000\n", 1764612000.0),
+        ("@1764612000.5", 1764612000.5),
+        ("\n", None),
+        ("", None),
+        ("n/a", None),
+    ],
+)
+def test_the_unit_start_is_read_from_systemctl(text, epoch):
+    assert support.parse_unit_start(text) == epoch
+
+
+def test_last_start_reads_every_unit_from_its_own_start(monkeypatch):
+    starts = {"sparkops-lab-ray-head.service": "@1764612000\n", "sparkops-lab-vllm.service": "\n"}
+    calls = []
+
+    def fake_run(argv, timeout=120):
+        calls.append(argv)
+        if argv[0] == "systemctl":
+            return 0, starts[argv[-1]], ""
+        return 0, JOURNAL, ""
+
+    monkeypatch.setattr(support, "_run", fake_run)
+    per_unit, earliest = support.resolve_since(list(starts), support.LAST_START)
+    assert per_unit == {"sparkops-lab-ray-head.service": "@1764612000", "sparkops-lab-vllm.service": None}
+    assert earliest == "@1764612000"
+    support.collect_journals(list(starts), 5000, per_unit)
+    journals = [argv for argv in calls if argv[0] == "journalctl"]
+    assert "--since=@1764612000" in journals[0]
+    # A unit that never started: its last lines, with no --since.
+    assert not [arg for arg in journals[1] if arg.startswith("--since")]
+
+
+def test_a_given_since_applies_to_every_unit_unchanged(monkeypatch):
+    monkeypatch.setattr(support, "_run", lambda argv, timeout=120: pytest.fail(f"ran {argv}"))
+    assert support.resolve_since(["a.service", "b.service"], "-2h") == (
+        {"a.service": "-2h", "b.service": "-2h"},
+        "-2h",
+    )
+    assert support.resolve_since(["a.service"], "") == ({"a.service": None}, None)
