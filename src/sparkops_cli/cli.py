@@ -270,9 +270,29 @@ def diagnose_files(args: argparse.Namespace, parser: Parser) -> int:
     return int(doc["exit_code"])
 
 
+# Options whose value may itself start with "-" (journalctl's relative times: --since -1d).
+# argparse takes "-1d" for an option and refuses `--since -1d`; the pair becomes --since=-1d.
+_DASH_VALUE_OPTIONS = ("--since",)
+
+
+def _join_dash_values(argv: Sequence[str]) -> list[str]:
+    out: list[str] = []
+    items = list(argv)
+    index = 0
+    while index < len(items):
+        item = items[index]
+        if item in _DASH_VALUE_OPTIONS and index + 1 < len(items) and items[index + 1].startswith("-"):
+            out.append(f"{item}={items[index + 1]}")
+            index += 2
+            continue
+        out.append(item)
+        index += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_join_dash_values(sys.argv[1:] if argv is None else argv))
     if args.command == "logs":
         return logs_command(args, parser)
     if args.command == "diagnose" and args.files:

@@ -41,7 +41,7 @@ SECRET_VARS = ("sparkops_api_key", "sparkops_hf_token")
 SECRET_LIST_VAR = "cluster_diagnose_secrets"
 # What journalctl --since accepts (systemd.time(7)): dates, times, "-1h", "2 hours ago",
 # "yesterday". Anything else is refused before a node is contacted.
-SINCE_RE = re.compile(r"[0-9A-Za-z :+.\-]{1,64}")
+SINCE_RE = re.compile(r"[0-9A-Za-z :+.@\-]{1,64}")  # journalctl --since forms, @EPOCH too
 # The remote command's status when none of a node's units exists there.
 NO_UNIT_STATUS = 44
 SSH_FAILED_STATUS = 255  # ssh(1): "exits with 255 if an error occurred"

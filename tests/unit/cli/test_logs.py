@@ -396,3 +396,27 @@ def test_the_redaction_is_the_support_bundles():
     assert redact(text, ["custom-secret-value"]) == (
         "--api-key [REDACTED] Authorization: Bearer [REDACTED] [REDACTED] [REDACTED]"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "since"),
+    [
+        (["logs", "--since", "-1d"], "-1d"),
+        (["logs", "--since", "-30min", "-n", "5"], "-30min"),
+        (["logs", "--since=-2h"], "-2h"),
+        (["logs", "--since", "1h ago"], "1h ago"),
+    ],
+)
+def test_since_takes_a_relative_time_that_starts_with_a_dash(argv, since):
+    args = cli.build_parser().parse_args(cli._join_dash_values(argv))
+    assert args.since == since
+
+
+def test_a_dash_value_is_joined_only_after_since():
+    assert cli._join_dash_values(["logs", "-n", "5", "--since", "-1d", "-f"]) == [
+        "logs",
+        "-n",
+        "5",
+        "--since=-1d",
+        "-f",
+    ]
