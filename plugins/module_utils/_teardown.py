@@ -19,47 +19,15 @@ import re
 import shlex
 import itertools
 
-# Directories that are never a model's own (the contract stage refuses them too).
-SYSTEM_DIRS = frozenset(
-    [
-        "/",
-        "/bin",
-        "/boot",
-        "/dev",
-        "/etc",
-        "/home",
-        "/lib",
-        "/lib32",
-        "/lib64",
-        "/libx32",
-        "/media",
-        "/mnt",
-        "/opt",
-        "/proc",
-        "/root",
-        "/run",
-        "/sbin",
-        "/srv",
-        "/sys",
-        "/tmp",
-        "/usr",
-        "/usr/bin",
-        "/usr/lib",
-        "/usr/local",
-        "/usr/sbin",
-        "/usr/share",
-        "/var",
-        "/var/lib",
-        "/var/tmp",
-        "/snap",
-    ]
-)
+from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import system_directory
+
 _HF_SNAPSHOT = re.compile(r"^(?P<cache>.*/models--[^/]+)/snapshots/[^/]+/?$")
 
 
 def _is_system(path):
+    """A system directory by the inventory contract's one rule (or any top-level directory)."""
     normal = "/" + "/".join(part for part in str(path).split("/") if part)
-    return normal in SYSTEM_DIRS or normal.count("/") < 2
+    return normal.count("/") < 2 or system_directory(normal) is not None
 
 
 def model_removal(path, path_stat, manifest, manifest_stat):
