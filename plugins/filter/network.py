@@ -14,6 +14,10 @@ import ipaddress
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import (
+    network as _network,  # the one parser of address/prefix strings
+)
+
 
 def _address(value):
     """Return an ip_address for a plain address string, else None."""
@@ -21,16 +25,6 @@ def _address(value):
         return None
     try:
         return ipaddress.ip_address(value)
-    except ValueError:
-        return None
-
-
-def _network(value, strict):
-    """Return an ip_network for an ``address/prefix`` string, else None."""
-    if not isinstance(value, str) or "/" not in value:
-        return None
-    try:
-        return ipaddress.ip_network(value, strict=strict)
     except ValueError:
         return None
 
