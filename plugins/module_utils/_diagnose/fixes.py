@@ -158,7 +158,7 @@ _FIXES = {
 # nor --enforce-eager changes the load-time peak. docs/runbooks/ray-oom-during-cuda-graph-
 # capture.md ("Killed while loading weights") gives the sources and says what is a guess.
 _LOADING_TAIL = (
-    " Lowering `sparkops_gpu_memory_utilization` does not lower that peak (vLLM sizes and allocates the "
+    " Lowering `sparkops_gpu_memory_utilization` barely changes that peak (vLLM sizes and allocates the "
     "KV cache only after the weights are loaded) and `sparkops_cuda_graphs: false` (--enforce-eager) does "
     "not help either (no graph exists yet). What does: drop the page cache and stop other loads on that "
     "node (one model load per node at a time), spread the weights wider (`sparkops_tensor_parallel_size` / "

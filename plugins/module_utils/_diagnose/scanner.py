@@ -483,7 +483,10 @@ class Scanner:
                     if near and event.phase is None:
                         event.phase = "weight_loading"
         if _may_match(_LOAD_END_GATE, low, plain) and _LOAD_END.search(text):
+            # The shard progress bar prints without the actor's prefix (the prefix stands alone
+            # on the line above it): a rank's end of loading closes the unprefixed load too.
             self._loading.discard(source)
+            self._loading.discard(None)
         if _may_match(_CAPTURE_END_GATE, low, plain) and _CAPTURE_END.search(text):
             self._serving = self._serving or "application startup complete" in low
             if source is None or "graph capturing finished" not in low:
