@@ -35,9 +35,10 @@ _MARKER_TOKENS = (
     "api server",
     "startup complete",
     # weight loading (rules._LOAD_START_SOURCE; "Model loading took" and "Loading
-    # weights took" hold "took", a memory token)
+    # weights took" hold "took", a memory token). Only the shard bar's first print: the
+    # bar repeats once per shard and a token on every print would cost (bench/diagnose).
     "to load model",
-    "checkpoint shards",
+    "completed | 0/",
     "process_weights_after",
 )
 _MEMORY_TOKENS = ("took", "kv cache memory", "kv cache size", "actual usage", "free memory", "takes")

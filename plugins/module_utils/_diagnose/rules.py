@@ -381,11 +381,12 @@ _CAPTURE_END_GATE = _gate(_CAPTURE_END_SOURCE)
 # seconds" (vllm/v1/worker/gpu_model_runner.py load_model; the first opens the load, the
 # second closes it after post-processing); "Loading safetensors checkpoint shards" (the tqdm
 # desc in vllm/model_executor/model_loader/weight_utils.py safetensors_weights_iterator, first
-# rank only); "Loading weights took %.2f seconds" (default_loader.py load_weights, printed
+# rank only; its _BAR_FORMAT "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt}": only
+# the first print, "| 0/N", is a marker); "Loading weights took %.2f seconds" (default_loader.py load_weights, printed
 # before process_weights_after_loading runs, so the load is still open); a
 # process_weights_after_loading frame in a traceback (base_loader.py load_model -> utils.py).
 _LOAD_START_SOURCE = (
-    r"Starting to load model|Loading safetensors checkpoint shards|Loading weights took"
+    r"Starting to load model|Loading safetensors checkpoint shards: 0% Completed \| 0/|Loading weights took"
     r"|process_weights_after_loading"
 )
 _LOAD_END_SOURCE = r"Model loading took"

@@ -21,7 +21,10 @@ WRITTEN = FIXTURES / "diagnose"
 # Source: tests/fixtures/diagnose/corpus_v1/25_vllm_model_loading_took_GiB_memory_newest_wording.txt
 # (a captured vLLM startup log, 2026; verbatim). The bar prints on its own line under a bare prefix.
 BAR_PREFIX = "(EngineCore pid=2207) "
-SHARDS = "Loading safetensors checkpoint shards: 100% Completed | 15/15 [00:02<00:00,  6.63it/s]"
+SHARDS_DONE = "Loading safetensors checkpoint shards: 100% Completed | 15/15 [00:02<00:00,  6.63it/s]"
+# Source: vllm-project/vllm issue #16692 (v0.8.4, Ray over two nodes): the bar's first print opens the load.
+SHARDS = "Loading safetensors checkpoint shards:   0% Completed | 0/163 [00:00<?, ?it/s]"
+SHARDS_MID = "Loading safetensors checkpoint shards:   7% Completed | 11/163 [00:03<00:52,  2.88it/s]"
 WEIGHTS_TOOK = (
     "(EngineCore pid=2207) INFO 05-21 15:45:46 [default_loader.py:397] Loading weights took 2.33 seconds"
 )
@@ -29,8 +32,12 @@ MODEL_TOOK = (
     "(EngineCore pid=2207) INFO 05-21 15:45:47 [gpu_model_runner.py:4959] Model loading took 7.75 GiB memory "
     "and 3.151355 seconds"
 )
-# Source: tests/fixtures/diagnose/corpus_v1/24_vllm_model_loading_took_nested_logger_prefix_arbor-103.txt
-# wording of 0.17-era builds ("Model loading took X GiB and Y seconds", no "memory").
+# The wording without "memory" (vLLM 0.10-0.17 builds), as in tests/fixtures/diagnose/
+# ray_oom_during_graph_capture.log; the remote-worker lines below put these real wordings under
+# the prefix of a remote Ray worker (a written interleaving).
+MODEL_TOOK_0_17 = (
+    "INFO 04-09 01:14:05 [gpu_model_runner.py:2392] Model loading took 58.9012 GiB and 705.271 seconds"
+)
 # Source: tests/fixtures/real/30_ray_oom_killer_message_ray-28776.txt (ray-project/ray issue #28776).
 RAY_KILL = (
     "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.\n"
@@ -57,7 +64,9 @@ PHASE_CASES = [
     # "Loading weights took" comes before process_weights_after_loading: still loading
     ("weights_took", [BAR_PREFIX, SHARDS, WEIGHTS_TOOK, RAY_KILL], "weight_loading"),
     # "Model loading took" closed the load; nothing says what came next
-    ("load_closed", [BAR_PREFIX, SHARDS, WEIGHTS_TOOK, MODEL_TOOK, RAY_KILL], None),
+    ("load_closed", [BAR_PREFIX, SHARDS, BAR_PREFIX, SHARDS_DONE, WEIGHTS_TOOK, MODEL_TOOK, RAY_KILL], None),
+    # a later print of the bar alone is no marker (only its first print is, to keep the prefilter fast)
+    ("bar_later_print_only", [BAR_PREFIX, SHARDS_MID, RAY_KILL], None),
     # kill after capture lines
     ("capture", [BAR_PREFIX, SHARDS, MODEL_TOOK, CAPTURE, RAY_KILL], "graph_capture"),
     # no phase lines at all
@@ -66,9 +75,9 @@ PHASE_CASES = [
     (
         "remote_done_head_loading",
         [
-            WORKER + "INFO 08-02 01:40:11 weight_utils.py:236] Loading weights took 52.31 seconds",
+            WORKER + WEIGHTS_TOOK.removeprefix("(EngineCore pid=2207) "),
             BAR_PREFIX,
-            SHARDS.replace("100% Completed | 15/15", " 46% Completed | 7/15"),
+            SHARDS_MID,
             WORKER
             + "INFO 08-02 01:40:12 gpu_model_runner.py:2392] Model loading took 58.9012 GiB and 705.271 seconds",
             WEIGHTS_TOOK,
@@ -80,7 +89,7 @@ PHASE_CASES = [
     (
         "both_done",
         [
-            WORKER + "INFO 08-02 01:40:11 weight_utils.py:236] Loading weights took 52.31 seconds",
+            WORKER + WEIGHTS_TOOK.removeprefix("(EngineCore pid=2207) "),
             BAR_PREFIX,
             SHARDS,
             MODEL_TOOK,
