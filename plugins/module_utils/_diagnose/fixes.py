@@ -152,10 +152,11 @@ _FIXES = {
 }
 
 # The fix when the log shows the kill came while the weights loaded (``phase``
-# "weight_loading"). vLLM allocates the KV cache only after load_model returns
-# (vllm/v1/worker/gpu_worker.py: load_model, then determine_available_memory, then the KV
-# cache; 0.17.x and current main), and captures CUDA graphs last: neither the utilization
-# nor --enforce-eager changes the load-time peak. docs/runbooks/ray-oom-during-cuda-graph-
+# "weight_loading"). vLLM allocates the KV cache only after the model is loaded
+# (vllm/v1/engine/core.py EngineCore.__init__: the executor loads the model, then
+# _initialize_kv_caches profiles with determine_available_memory and allocates; 0.17.x
+# and current main), and captures CUDA graphs last: neither the utilization nor
+# --enforce-eager changes the load-time peak. docs/runbooks/ray-oom-during-cuda-graph-
 # capture.md ("Killed while loading weights") gives the sources and says what is a guess.
 _LOADING_TAIL = (
     " Lowering `sparkops_gpu_memory_utilization` barely changes that peak (vLLM sizes and allocates the "
