@@ -210,3 +210,24 @@ def test_a_new_file_starts_with_no_load_open(tmp_path):
 
 def test_phase_findings_are_finding_ids():
     assert set(FINDING_IDS) >= PHASE_FINDINGS
+
+
+# Source: tests/fixtures/diagnose/uma_nvrm_no_memory_gb10_vllm-41834.log (vllm-project/vllm PR #41834,
+# dmesg of a DGX Spark): the driver's line, here in one merged log after vLLM's loading lines.
+NVRM = (
+    "[81033.194223] NVRM: nvCheckOkFailedNoLog: Check failed: Out of memory [NV_ERR_NO_MEMORY] (0x00000051) "
+    "returned from _memdescAllocInternal(pMemDesc) @ mem_desc.c:1359"
+)
+
+
+@pytest.mark.parametrize(
+    ("lines", "phase"),
+    [([BAR_PREFIX, SHARDS, NVRM, NVRM], "weight_loading"), ([NVRM, NVRM], None)],
+    ids=["after_loading_lines", "alone"],
+)
+def test_driver_out_of_memory_phase(lines, phase):
+    result = diagnose_text("\n".join(lines) + "\n")
+    found = next(item for item in result["findings"] if item["id"] == "uma_driver_out_of_memory")
+    assert found.get("phase") == phase
+    assert ("load_reserve_gib" in found["fix"]) is (phase == "weight_loading")
+    assert "drop_caches" in found["fix"]
