@@ -135,6 +135,15 @@ findings:
       description: V(error), V(warning) or V(info).
       type: str
       sample: error
+    phase:
+      description:
+        - On a memory kill (V(ray_oom_kill), V(cuda_oom), V(cuda_graph_capture_oom),
+          V(uma_driver_out_of_memory)), the startup phase it hit, from vLLM's lines above it in the same
+          log. Absent when the log does not say.
+      type: str
+      returned: when known
+      choices: [weight_loading, graph_capture]
+      sample: weight_loading
     summary:
       description: What happened, with the figures and hosts the log gave.
       type: str

@@ -151,6 +151,70 @@ _FIXES = {
     ),
 }
 
+# The fix when the log shows the kill came while the weights loaded (``phase``
+# "weight_loading"). vLLM allocates the KV cache only after the model is loaded
+# (vllm/v1/engine/core.py EngineCore.__init__: the executor loads the model, then
+# _initialize_kv_caches profiles with determine_available_memory and allocates; 0.17.x
+# and current main), and captures CUDA graphs last: neither the utilization nor
+# --enforce-eager changes the load-time peak. docs/runbooks/ray-oom-during-cuda-graph-
+# capture.md ("Killed while loading weights") gives the sources and says what is a guess.
+_LOADING_TAIL = (
+    " Lowering `sparkops_gpu_memory_utilization` barely changes that peak (vLLM sizes and allocates the "
+    "KV cache only after the weights are loaded) and `sparkops_cuda_graphs: false` (--enforce-eager) does "
+    "not help either (no graph exists yet). What does: drop the page cache and stop other loads on that "
+    "node (one model load per node at a time), spread the weights wider (`sparkops_tensor_parallel_size` / "
+    "`sparkops_pipeline_parallel_size`), or use an image whose vLLM has PR #45179 (FP8/NVFP4 MoE "
+    "post-processing with a smaller transient). Give the memory plan the peak you measure as its load-time "
+    "term (`load_reserve_gib`, docs/memory-plan.md) so preflight checks it. See docs/runbooks/"
+    "ray-oom-during-cuda-graph-capture.md (killed while loading weights)."
+)
+_LOADING_FIXES = {
+    "ray_oom_kill": (
+        "The kill came while the weights loaded, before the KV cache and the CUDA graphs: the peak is the "
+        "weights plus their post-processing, the memory plan's load-time peak. Set "
+        "`sparkops_ray_memory_monitor: false` (earlyoom stays the guard) or raise "
+        "`sparkops_ray_memory_threshold` so Ray does not kill the load." + _LOADING_TAIL
+    ),
+    "cuda_oom": (
+        "It ran out while the weights loaded or were post-processed: the shard and its post-processing do "
+        "not fit next to what else holds memory. Clear stale GPU consumers (`preflight_reclaim`, "
+        "`preflight_gpu_consumer_allowlist`)." + _LOADING_TAIL
+    ),
+    "uma_driver_out_of_memory": (
+        "The driver ran out while the weights loaded or were post-processed (on a GB10 the page cache of "
+        "the checkpoint read competes for the same RAM): drop the page cache before the start (`sync; echo "
+        "3 > /proc/sys/vm/drop_caches`; `preflight_reclaim: true` stops stale GPU consumers)." + _LOADING_TAIL
+    ),
+}
+
+
+def _plan_load_peak(plan: dict) -> tuple:
+    """(load peak GiB, limit GiB, " on HOST") of a node plan, or of a cluster plan's tightest node."""
+    nodes = plan.get("nodes")
+    if not isinstance(nodes, dict) or not nodes:
+        return plan.get("load_peak_gib"), plan.get("limit_gib"), ""
+    figures = [
+        (n["limit_gib"] - n["load_peak_gib"], host, n)
+        for host, n in sorted(nodes.items())
+        if isinstance(n, dict) and n.get("load_peak_gib") is not None and n.get("limit_gib") is not None
+    ]
+    if not figures:
+        return None, None, ""
+    _, host, node = min(figures, key=lambda item: item[0])
+    return node["load_peak_gib"], node["limit_gib"], f" on {host}"
+
+
+def _loading_fix(finding_id: str, scanner: Scanner) -> str:
+    fix = _LOADING_FIXES[finding_id]
+    plan = scanner.context.memory_plan
+    if plan:
+        peak, limit, where = _plan_load_peak(plan)
+        if peak is not None and limit is not None:
+            fix += (
+                f" The memory plan put the load-time peak at {peak} GiB against the limit {limit} GiB{where}."
+            )
+    return fix
+
 
 def _plan_peak(plan: dict) -> tuple:
     """(peak GiB, limit GiB, " on HOST") of a node plan, or of a cluster plan's tightest node."""
@@ -182,6 +246,8 @@ def _plan_recommendation(plan: dict):
 
 
 def _fix(finding_id: str, acc: _Finding, scanner: Scanner) -> str:
+    if acc.phase == "weight_loading" and finding_id in _LOADING_FIXES:
+        return _loading_fix(finding_id, scanner)
     fix = _FIXES[finding_id]
     plan = scanner.context.memory_plan
     memory_ids = {

@@ -130,3 +130,7 @@ MAX_EVIDENCE_CHARS = 2000
 _CAPTURE_WINDOW = 80
 _JUNCTION = 64
 _RECORD_STARTS = ("(", "[", "INFO ", "WARNING ", "DEBUG ")
+# The findings that carry the startup phase they hit (``phase``: "weight_loading" or
+# "graph_capture", from the loading and capture lines above them in the same log): a
+# memory kill during loading has another fix than one during capture (issue 16 point 5).
+PHASE_FINDINGS = frozenset({"ray_oom_kill", "cuda_oom", "cuda_graph_capture_oom", "uma_driver_out_of_memory"})

@@ -21,7 +21,7 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rule_synta
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules import RULES
 
 # A line is looked at closely only when it holds one of these lower-case words: every
-# rule's anchors, the CUDA graph capture markers, and the memory lines quoted in
+# rule's anchors, the CUDA graph capture and weight loading markers, and the memory lines quoted in
 # summaries. Everything else is noise and costs only these substring tests.
 _MARKER_TOKENS = (
     "capturing",
@@ -34,6 +34,12 @@ _MARKER_TOKENS = (
     "init engine",
     "api server",
     "startup complete",
+    # weight loading (rules._LOAD_START_SOURCE; "Model loading took" and "Loading
+    # weights took" hold "took", a memory token). Only the shard bar's first print: the
+    # bar repeats once per shard and a token on every print would cost (bench/diagnose).
+    "to load model",
+    "completed | 0/",
+    "process_weights_after",
 )
 _MEMORY_TOKENS = ("took", "kv cache memory", "kv cache size", "actual usage", "free memory", "takes")
 _ALL_TOKENS = list(

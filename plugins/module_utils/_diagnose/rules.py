@@ -376,6 +376,24 @@ _CAPTURE_END = _rx(_CAPTURE_END_SOURCE)
 _CAPTURE_START_GATE = _gate(_CAPTURE_START_SOURCE)
 _CAPTURE_FRAME_GATE = _gate(_CAPTURE_FRAME_SOURCE)
 _CAPTURE_END_GATE = _gate(_CAPTURE_END_SOURCE)
+# State markers for weight loading (issue 16 point 5). vLLM's wordings, the same in 0.17.x
+# and current main: "Starting to load model %s..." and "Model loading took %s GiB and %.6f
+# seconds" (vllm/v1/worker/gpu_model_runner.py load_model; the first opens the load, the
+# second closes it after post-processing); "Loading safetensors checkpoint shards" (the tqdm
+# desc in vllm/model_executor/model_loader/weight_utils.py safetensors_weights_iterator, first
+# rank only; its _BAR_FORMAT "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt}": only
+# the first print, "| 0/N", is a marker); "Loading weights took %.2f seconds" (default_loader.py load_weights, printed
+# before process_weights_after_loading runs, so the load is still open); a
+# process_weights_after_loading frame in a traceback (base_loader.py load_model -> utils.py).
+_LOAD_START_SOURCE = (
+    r"Starting to load model|Loading safetensors checkpoint shards: 0% Completed \| 0/|Loading weights took"
+    r"|process_weights_after_loading"
+)
+_LOAD_END_SOURCE = r"Model loading took"
+_LOAD_START = _rx(_LOAD_START_SOURCE)
+_LOAD_END = _rx(_LOAD_END_SOURCE)
+_LOAD_START_GATE = _gate(_LOAD_START_SOURCE)
+_LOAD_END_GATE = _gate(_LOAD_END_SOURCE)
 # Lines worth handing to the memory-log parser (its figures are quoted in summaries).
 _MEMORY_HINTS = ("took", "kv cache", "actual usage", "free memory on device", "memory profiling", "takes")
 _MAX_MEMORY_LINES = 512

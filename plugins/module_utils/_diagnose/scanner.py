@@ -19,6 +19,7 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.precedence
     _ORDER,
     _RECORD_STARTS,
     FINDING_IDS,
+    PHASE_FINDINGS,
     WRAPPERS,
 )
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.prefilter import (
@@ -51,6 +52,10 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules impo
     _CAPTURE_FRAME_GATE,
     _CAPTURE_START,
     _CAPTURE_START_GATE,
+    _LOAD_END,
+    _LOAD_END_GATE,
+    _LOAD_START,
+    _LOAD_START_GATE,
     _MAX_MEMORY_LINES,
     _MEMORY_HINTS,
     _NODE_IP,
@@ -104,6 +109,9 @@ class Scanner:
         self._capture_active = False
         self._capture_finished: set[str | None] = set()
         self._capture_frames: deque[int] = deque(maxlen=32)
+        # The sources (Ray actor prefixes) of this file whose weights are loading: opened by
+        # a loading line, closed by "Model loading took" or the start of graph capture.
+        self._loading: set[str | None] = set()
         self._pending_oom: deque[_Event] = deque(maxlen=64)
         self._oom_events: list[_Event] = []
         self._seen_hosts: set[str] = set()
@@ -121,6 +129,7 @@ class Scanner:
         self._path_host = self.context.path_hosts.get(path or "") or self.context.default_host
         self._prev_line = ""
         self._prev_number = 0
+        self._loading.clear()
         if path is not None:
             self.paths.append(path)
 
@@ -392,6 +401,7 @@ class Scanner:
             # Ray names the node whose memory ran out; that is the host that matters.
             host = self.context.host_name(groups[0])
         during_capture = self._capture_active and source not in self._capture_finished
+        phase = "graph_capture" if during_capture else ("weight_loading" if self._loading else None)
         event = _Event(
             rule.finding,
             rule.severity,
@@ -403,6 +413,7 @@ class Scanner:
             groups,
             repeated,
             during_capture,
+            phase,
         )
         if rule.finding == "_oom":
             self._record_oom(event)
@@ -425,6 +436,8 @@ class Scanner:
     def _record_oom(self, event: _Event) -> None:
         near = any(event.line - frame <= _CAPTURE_WINDOW for frame in self._capture_frames)
         event.during_capture = event.during_capture or near
+        if event.during_capture:
+            event.phase = "graph_capture"
         if len(self._oom_events) < 256:
             self._oom_events.append(event)
             if not event.during_capture:
@@ -442,6 +455,7 @@ class Scanner:
                     event.path,
                     event.groups,
                     event.repeated,
+                    phase=event.phase,
                 )
             )
 
@@ -450,6 +464,7 @@ class Scanner:
         if _may_match(_CAPTURE_START_GATE, low, plain) and _CAPTURE_START.search(text):
             self._capture_active = True
             self._capture_finished.clear()
+            self._loading.clear()
         if _may_match(_CAPTURE_FRAME_GATE, low, plain) and _CAPTURE_FRAME.search(text):
             self._capture_frames.append(number)
             # A traceback printed after its exception line (Ray's format): the OOM
@@ -457,6 +472,21 @@ class Scanner:
             for event in self._pending_oom:
                 if 0 <= number - event.line <= _CAPTURE_WINDOW and event.path == self._path:
                     event.during_capture = True
+                    event.phase = "graph_capture"
+        if _may_match(_LOAD_START_GATE, low, plain) and _LOAD_START.search(text):
+            self._loading.add(source)
+            if "process_weights_after_loading" in low:
+                # A traceback printed after its exception line (Ray's format): the OOM
+                # just above came from the weights' post-processing.
+                for event in self._pending_oom:
+                    near = 0 <= number - event.line <= _CAPTURE_WINDOW and event.path == self._path
+                    if near and event.phase is None:
+                        event.phase = "weight_loading"
+        if _may_match(_LOAD_END_GATE, low, plain) and _LOAD_END.search(text):
+            # The shard progress bar prints without the actor's prefix (the prefix stands alone
+            # on the line above it): a rank's end of loading closes the unprefixed load too.
+            self._loading.discard(source)
+            self._loading.discard(None)
         if _may_match(_CAPTURE_END_GATE, low, plain) and _CAPTURE_END.search(text):
             self._serving = self._serving or "application startup complete" in low
             if source is None or "graph capturing finished" not in low:
@@ -528,15 +558,16 @@ class Scanner:
             summary = _SUMMARIES[finding_id](acc, self)
             if causes:
                 summary += f" Probably a consequence of {', '.join(causes)} (reported above)."
-            findings.append(
-                {
-                    "id": finding_id,
-                    "severity": acc.severity,
-                    "summary": summary,
-                    "fix": _fix(finding_id, acc, self),
-                    "evidence": sorted(acc.evidence, key=self._evidence_order),
-                }
-            )
+            item = {
+                "id": finding_id,
+                "severity": acc.severity,
+                "summary": summary,
+                "fix": _fix(finding_id, acc, self),
+                "evidence": sorted(acc.evidence, key=self._evidence_order),
+            }
+            if acc.phase is not None and finding_id in PHASE_FINDINGS:
+                item["phase"] = acc.phase
+            findings.append(item)
         return {
             "findings": findings,
             "root_cause": findings[0]["id"] if findings and findings[0]["severity"] == "error" else None,

@@ -27,6 +27,8 @@ class _Event:
     groups: tuple[str | None, ...]
     repeated: int = 1
     during_capture: bool = False
+    # "weight_loading", "graph_capture" or None: what the log said was under way.
+    phase: str | None = None
 
 
 @dataclass
@@ -41,6 +43,7 @@ class _Finding:
     kinds: dict[str, tuple[str | None, ...]] = field(default_factory=dict)
     hosts: list[str] = field(default_factory=list)
     during_capture: bool = False
+    phase: str | None = None
 
     def add(self, event: _Event) -> None:
         if self.count == 0:
@@ -55,6 +58,9 @@ class _Finding:
         if event.host and event.host not in self.hosts and len(self.hosts) < 32:
             self.hosts.append(event.host)
         self.during_capture = self.during_capture or event.during_capture
+        # The first phase seen, except that a line during capture decides (as during_capture).
+        if event.phase is not None and (self.phase is None or event.phase == "graph_capture"):
+            self.phase = event.phase
         key = (event.text.strip(), event.host)
         if key in self.seen or len(self.evidence) >= MAX_EVIDENCE:
             return

@@ -11,6 +11,7 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules impo
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.state import _Finding
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.summaries_runtime import (
     RUNTIME_SUMMARIES,
+    phase_note,
 )
 
 if TYPE_CHECKING:
@@ -49,8 +50,7 @@ def _sum_ray_oom(acc: _Finding, scanner: Scanner) -> str:
         text += f": memory use exceeded the threshold {threshold[0]}."
     else:
         text += "."
-    if acc.during_capture:
-        text += " It happened during CUDA graph capture, a transient peak after the weights loaded."
+    text += phase_note(acc)
     kv = scanner.memory.get("kv_cache_gib")
     if kv is not None:
         text += f" vLLM had already reported {kv} GiB of KV cache, so the model itself fit."
@@ -123,12 +123,12 @@ def _sum_cuda_oom(acc: _Finding, scanner: Scanner) -> str:
         kernel = acc.kinds.get("kernel")
         if kernel:
             text += f" (pid {kernel[0]}, {kernel[1]})"
-        return text + "; on unified memory this is the GPU running out too."
+        return text + "; on unified memory this is the GPU running out too." + phase_note(acc)
     text = f"CUDA out of memory{_where(acc)}{_times(acc)}"
     torch = acc.kinds.get("torch")
     if torch and torch[0]:
         text += f" (tried to allocate {torch[0]})"
-    return text + "."
+    return text + "." + phase_note(acc)
 
 
 def _sum_ip(acc: _Finding, scanner: Scanner) -> str:

@@ -28,12 +28,27 @@ def _times(acc: _Finding) -> str:
     return f" ({acc.count} log lines)" if acc.count > 1 else ""
 
 
+def phase_note(acc: _Finding) -> str:
+    """A sentence on the startup phase the finding hit, or "" when the log does not say."""
+    if acc.phase == "weight_loading":
+        return (
+            " It happened while the weights were loading or being post-processed (vLLM had printed its "
+            'loading lines and no "Model loading took" yet): before the KV cache and the CUDA graphs exist.'
+            " Converting FP8/NVFP4 MoE weights holds a layer's original and converted copy at once (vLLM "
+            "PR #45179)."
+        )
+    if acc.phase == "graph_capture":
+        return " It happened during CUDA graph capture, a transient peak after the weights loaded."
+    return ""
+
+
 def _sum_uma(acc: _Finding, scanner: Scanner) -> str:
     text = (
         f"The GPU driver could not back a unified-memory allocation{where(acc)}{_times(acc)} (NVRM "
         "NV_ERR_NO_MEMORY): on a GB10 the GPU takes its memory from the same RAM as the page cache and "
         "every process, so the node was out of memory even when CUDA printed nothing."
     )
+    text += phase_note(acc)
     if acc.severity != "error":
         text += " A single such line with nothing else wrong is also seen on runs that went on to serve."
     return text
