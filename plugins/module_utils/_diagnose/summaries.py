@@ -11,23 +11,15 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules impo
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.state import _Finding
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.summaries_runtime import (
     RUNTIME_SUMMARIES,
+    _times,
     phase_note,
+)
+from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.summaries_runtime import (
+    where as _where,  # one wording of "on HOST" for every summary
 )
 
 if TYPE_CHECKING:
     from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.scanner import Scanner
-
-
-def _where(acc: _Finding) -> str:
-    if not acc.hosts:
-        return ""
-    if len(acc.hosts) == 1:
-        return f" on {acc.hosts[0]}"
-    return " on " + ", ".join(acc.hosts[:4]) + (" and more" if len(acc.hosts) > 4 else "")
-
-
-def _times(acc: _Finding) -> str:
-    return f" ({acc.count} log lines)" if acc.count > 1 else ""
 
 
 def _sum_ray_oom(acc: _Finding, scanner: Scanner) -> str:
