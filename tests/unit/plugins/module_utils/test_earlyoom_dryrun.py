@@ -35,7 +35,12 @@ def _asked(args):
     argv = shlex.split(args)
     term, kill = (float(x) for x in argv[argv.index("-m") + 1].split(","))
     option = {name: argv[argv.index(name) + 1] if name in argv else None for name in ("--prefer", "--avoid")}
-    return {"term_percent": term, "kill_percent": kill, "prefer": option["--prefer"], "avoid": option["--avoid"]}
+    return {
+        "term_percent": term,
+        "kill_percent": kill,
+        "prefer": option["--prefer"],
+        "avoid": option["--avoid"],
+    }
 
 
 def test_the_plans_args_are_what_earlyoom_reports():
