@@ -25,6 +25,8 @@ from typing import Any
 PREFIX = "sparkops"
 CONFIG_ROOT = "/etc/sparkops"
 STATE_ROOT = "/var/lib/sparkops"
+# model_sync_progress_dir's default: the head's progress logs of the copies.
+LOG_ROOT = "/var/log/sparkops"
 UNIT_DIR = "/etc/systemd/system"
 # Where the serve container sees the launch script (the unit mounts it read-only).
 LAUNCH_SCRIPT_MOUNT = "/opt/sparkops/launch.sh"
@@ -135,12 +137,15 @@ def layout(
         # The comment on INPUT's jump to the chain (teardown finds a left-behind chain by it).
         "ray_firewall_comment": f"{PREFIX} {cluster} ray ports",
         "ray_temp_dir": f"{state}/ray",
+        # Ray's link to its latest session (it points inside the container: follow it by name).
+        "ray_session_latest": f"{state}/ray/session_latest",
         "ray_logs_dir": f"{state}/ray/session_latest/logs",
         "cache_dir": f"{state}/cache",
         "measured_record": str(measured_path) if not _blank(measured_path) else f"{state}/measured.json",
         "deployed_record": f"{state}/deployed.json",
         "model_manifest": manifest,
         "model_sync_config_dir": sync_dir,
+        "log_dir": LOG_ROOT,
         "rsyncd_conf": f"{sync_dir}/rsyncd.conf",
         "rsyncd_secrets": f"{sync_dir}/rsyncd.secrets",
         "rsyncd_module": f"{PREFIX}-model",

@@ -19,7 +19,10 @@ earlyoom(1) (rfjakob/earlyoom MANPAGE.md; Debian/Ubuntu package ``earlyoom``):
 * ``-s 100,100`` ignores swap (GB10 nodes run without swap); ``-r 0`` no periodic report.
 * ``--prefer REGEX`` adds 300 to the oom_score of processes whose ``comm`` (the first 15
   bytes of the name, /proc/PID/comm) matches; ``--avoid REGEX`` subtracts 300.
-* ``--dryrun``: choose a victim and report it, kill nothing (the lab proves the choice).
+* ``--dryrun``: choose a victim and report it, kill nothing. Debian 12's earlyoom 1.7 run with
+  :func:`earlyoom_args` on a lab node reports the thresholds and regexes asked for
+  (tests/fixtures/earlyoom/, read by :func:`parse_earlyoom_startup`); given a KILL above
+  TERM it raises TERM to KILL with only a warning, so :func:`check_percents` refuses that.
 
 Why prefer/avoid matter on a GB10: cudaMalloc memory is not in a process's RSS, so
 oom_score alone does not point at the process holding the unified memory. The holders
@@ -79,6 +82,34 @@ def earlyoom_args(
     """EARLYOOM_ARGS for /etc/default/earlyoom (the Debian package's unit reads it)."""
     check_percents(term, kill)
     return f"-m {_number(term)},{_number(kill)} -s 100,100 -r 0 --prefer '{EARLYOOM_PREFER}' --avoid '{EARLYOOM_AVOID}'"
+
+
+# earlyoom's startup lines (earlyoom 1.7, Debian 12's package; captured on a lab node:
+# tests/fixtures/earlyoom/): what it parsed from its arguments.
+_EARLYOOM_STARTUP = {
+    "version": re.compile(r"^earlyoom v?(\S+)$", re.MULTILINE),
+    "prefer": re.compile(r"^Preferring to kill process names that match regex '(.*)'$", re.MULTILINE),
+    "avoid": re.compile(r"^Will avoid killing process names that match regex '(.*)'$", re.MULTILINE),
+    "term_percent": re.compile(r"^sending SIGTERM when mem <=\s*([0-9.]+)% and swap <=", re.MULTILINE),
+    "kill_percent": re.compile(r"^\s*SIGKILL when mem <=\s*([0-9.]+)% and swap <=", re.MULTILINE),
+    "mem_total_mib": re.compile(r"^mem total:\s*([0-9]+) MiB", re.MULTILINE),
+}
+
+
+def parse_earlyoom_startup(text: str) -> dict:
+    """What earlyoom reported at startup: version, dryrun, thresholds (percent), prefer/avoid (None: not set)."""
+    found = {}
+    for key, pattern in _EARLYOOM_STARTUP.items():
+        match = pattern.search(text)
+        found[key] = match.group(1) if match else None
+    for key, signal in (("term_percent", "SIGTERM"), ("kill_percent", "SIGKILL")):
+        if found[key] is None:
+            raise GuardError(f"earlyoom reported no {signal} threshold: {text[:200]!r}")
+        found[key] = float(found[key])
+    found["mem_total_mib"] = int(found["mem_total_mib"]) if found["mem_total_mib"] else None
+    found["dryrun"] = "dryrun mode enabled, will not kill anything" in text
+    found["warnings"] = re.findall(r"^warning: (.*)$", text, re.MULTILINE)
+    return found
 
 
 def earlyoom_limit(sys_total: float, term: float) -> float:

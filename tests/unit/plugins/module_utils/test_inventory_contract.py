@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 from ansible_collections.sparkops.vllm.plugins.module_utils import _inventory_contract as contract
+from ansible_collections.sparkops.vllm.plugins.module_utils._layout import layout
 
 TIMES = "\u00d7"
 
@@ -49,10 +50,14 @@ def role_defaults():
         defaults = yaml.safe_load((ROOT / "roles" / s.role / "defaults" / "main.yml").read_text())
         value = defaults[s.name]
         if isinstance(value, str) and "{{" in value:
+            # the defaults that come from the layout (plugins/module_utils/_layout.py)
+            names = layout(SETTINGS["sparkops_cluster_name"])
             value = {
                 "ray_cluster_ports": {},
-                "ray_cluster_state_dir": "/var/lib/sparkops/spark-vllm",
-                "teardown_state_dir": "/var/lib/sparkops/spark-vllm",
+                "ray_cluster_state_dir": names["state_dir"],
+                "teardown_state_dir": names["state_dir"],
+                "model_sync_rsyncd_config_dir": names["model_sync_config_dir"],
+                "model_sync_progress_dir": names["log_dir"],
             }[s.name]
         values[s.name] = value
     return values

@@ -36,6 +36,8 @@ def test_the_default_layout_of_a_cluster():
     assert got["ray_firewall_comment"] == "sparkops lab ray ports"
     assert got["ray_temp_dir"] == "/var/lib/sparkops/lab/ray"
     assert got["ray_logs_dir"] == "/var/lib/sparkops/lab/ray/session_latest/logs"
+    assert got["ray_session_latest"] == "/var/lib/sparkops/lab/ray/session_latest"
+    assert got["log_dir"] == "/var/log/sparkops"
     assert got["cache_dir"] == "/var/lib/sparkops/lab/cache"
     assert got["measured_record"] == "/var/lib/sparkops/lab/measured.json"
     assert got["deployed_record"] == "/var/lib/sparkops/lab/deployed.json"
@@ -56,6 +58,7 @@ def test_moving_the_state_dir_moves_every_state_path_and_nothing_else():
     assert changed == {
         "state_dir",
         "ray_temp_dir",
+        "ray_session_latest",
         "ray_logs_dir",
         "cache_dir",
         "measured_record",
