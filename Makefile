@@ -26,7 +26,7 @@ lab-down: setup
 	ansible-playbook playbooks/lab_down.yml
 
 unit:
-	python -m pytest -q -p no:cacheprovider tests
+	python -m pytest -q -p no:cacheprovider -n auto tests
 
 lint:
 	yamllint -s .
