@@ -85,26 +85,30 @@ def measured_from_record(text, model_id, tensor_parallel_size, pipeline_parallel
     }
 
 
-# How far under the nodes' smallest recommendation a deployed utilization may
-# sit and still be kept. MemAvailable moves by a few hundred MiB between runs
-# (page cache, other processes); re-planning to the exact new recommendation
-# every time would restart vLLM on every run.
-KEEP_BAND = 0.03
+# A rerun keeps the deployed utilization while it fits on every node (at most the
+# smallest recommendation), however far under it: raising it would restart vLLM
+# on a routine rerun, and the first rerun after a start always could, because the
+# figures that start measured (the measured record) are smaller than the planner's
+# defaults. The higher value is reported (``recommended``) with the one-run lever
+# that takes it; only a value that no longer fits is planned again.
 # A fresh choice sits this far under the smallest recommendation, so that the
 # same noise pushing a recommendation down by one step keeps the deployed value.
 FRESH_STEP = 0.01
 
 
 def choose_utilization(recommendations, given=None, current=None):
-    """``{"value", "source", "limited_by"}``: the given value, the deployed one, or the smallest recommendation.
+    """``{"value", "source", "limited_by", "recommended"}``: the given value, the deployed one, or a fresh one.
 
     ``recommendations`` maps host to its recommended utilization (None: nothing fits
     there). With none given, every host must have a recommendation. ``current`` is the
-    utilization of the running launch script: it is kept while it is at most the
-    smallest recommendation and within KEEP_BAND of it, so a rerun changes nothing.
+    utilization serve was deployed with (the deployed record): it is kept while it is at
+    most the smallest recommendation, so a rerun changes nothing. ``recommended`` is the
+    value a fresh plan would take (one step under the smallest recommendation), also
+    when the deployed or given value is used, so the report can offer it.
     """
     if given is not None:
-        return {"value": round(float(given), 2), "source": "given", "limited_by": None}
+        fresh = _fresh(recommendations) if recommendations and None not in recommendations.values() else None
+        return {"value": round(float(given), 2), "source": "given", "limited_by": None, "recommended": fresh}
     if not recommendations:
         raise ClusterPlanError("no node was planned: the play has no hosts")
     missing = sorted(h for h, r in recommendations.items() if r is None)
@@ -116,10 +120,15 @@ def choose_utilization(recommendations, given=None, current=None):
         )
     host = min(sorted(recommendations), key=lambda h: recommendations[h])
     smallest = float(recommendations[host])
-    if current is not None and smallest - KEEP_BAND <= float(current) <= smallest:
-        return {"value": round(float(current), 2), "source": "kept", "limited_by": host}
-    value = round(max(smallest - FRESH_STEP, 0.01), 2)
-    return {"value": value, "source": "recommended", "limited_by": host}
+    fresh = _fresh(recommendations)
+    if current is not None and 0 < float(current) <= smallest:
+        return {"value": round(float(current), 2), "source": "kept", "limited_by": host, "recommended": fresh}
+    return {"value": fresh, "source": "recommended", "limited_by": host, "recommended": fresh}
+
+
+def _fresh(recommendations):
+    """One step under the smallest recommendation (never under 0.01)."""
+    return round(max(min(float(r) for r in recommendations.values()) - FRESH_STEP, 0.01), 2)
 
 
 def _lever_line(lever):
@@ -249,6 +258,7 @@ def cluster_plan(nodes, choice, notes=None):
         "gpu_memory_utilization": choice["value"],
         "utilization_source": choice["source"],
         "limited_by": choice.get("limited_by"),
+        "recommended_gpu_memory_utilization": choice.get("recommended"),
         "kv_cache_gib": per_node[smallest]["kv_cache_gib"],
         "kv_cache_memory_bytes": per_node[smallest]["kv_cache_memory_bytes"],
         "kv_cache_tokens": None if any(t is None for t in tokens) else min(tokens),
@@ -271,12 +281,21 @@ def summary_lines(plan, cluster_name=None, max_model_len=None):
     if plan["utilization_source"] == "recommended":
         how = f"recommended: one step under the smallest of the nodes' recommendations, set by {plan['limited_by']}"
     elif plan["utilization_source"] == "kept":
-        how = f"kept: the running launch script's value still fits (the smallest recommendation is {plan['limited_by']}'s)"
+        how = f"kept: the deployed value still fits (the smallest recommendation is {plan['limited_by']}'s)"
     else:
         how = "given in sparkops_gpu_memory_utilization"
     lines = [
         f"Memory plan{name}: {'fits' if plan['fits'] else 'DOES NOT FIT'}",
         f"--gpu-memory-utilization {u:.2f} ({how})",
+    ]
+    fresh = plan.get("recommended_gpu_memory_utilization")
+    if plan["utilization_source"] == "kept" and fresh is not None and fresh > u:
+        lines.append(
+            f"a fresh plan would take {fresh:.2f} (more KV cache); the deployed {u:.2f} is kept so a rerun "
+            f"restarts nothing: to take it, run deploy.yml once with "
+            f"-e sparkops_gpu_memory_utilization={fresh:.2f} (restarts serve; later reruns keep it)"
+        )
+    lines += [
         f"{'node':<16} {'role':<7} {'recommended':>11} {'peak GiB':>9} {'limit GiB':>9} {'headroom':>8} "
         f"{'KV GiB':>7} {'KV tokens':>10}",
     ]

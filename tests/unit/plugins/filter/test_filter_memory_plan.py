@@ -9,6 +9,7 @@ import json
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkops.vllm.plugins.filter.memory_plan import FilterModule
+from ansible_collections.sparkops.vllm.plugins.module_utils import _cluster_memory_plan as cluster
 from ansible_collections.sparkops.vllm.plugins.module_utils._cluster_memory_plan import (
     cluster_plan,
     measured_from_record,
@@ -102,11 +103,13 @@ def test_utilization_is_one_step_under_the_smallest_recommendation_or_the_given_
         "value": 0.53,
         "source": "recommended",
         "limited_by": "spark-1",
+        "recommended": 0.53,
     }
     assert FILTERS["memory_plan_utilization"](recs, "0.7") == {
         "value": 0.7,
         "source": "given",
         "limited_by": None,
+        "recommended": 0.53,
     }
     with pytest.raises(AnsibleFilterError, match="no utilization fits on spark-2"):
         FILTERS["memory_plan_utilization"]({"spark-1": 0.5, "spark-2": None})
@@ -117,19 +120,78 @@ def test_utilization_is_one_step_under_the_smallest_recommendation_or_the_given_
 @pytest.mark.parametrize(
     ("current", "expected"),
     [
-        # The deployed value still fits and is close: kept, so a rerun restarts nothing.
-        (0.53, {"value": 0.53, "source": "kept", "limited_by": "spark-1"}),
-        (0.54, {"value": 0.54, "source": "kept", "limited_by": "spark-1"}),
-        (0.51, {"value": 0.51, "source": "kept", "limited_by": "spark-1"}),
-        # Above the recommendation it would not fit: planned again.
-        (0.55, {"value": 0.53, "source": "recommended", "limited_by": "spark-1"}),
-        # Far under it the KV cache is wasted: planned again.
-        (0.40, {"value": 0.53, "source": "recommended", "limited_by": "spark-1"}),
+        # The deployed value still fits: kept, so a rerun restarts nothing.
+        (0.53, {"value": 0.53, "source": "kept", "limited_by": "spark-1", "recommended": 0.53}),
+        (0.54, {"value": 0.54, "source": "kept", "limited_by": "spark-1", "recommended": 0.53}),
+        (0.51, {"value": 0.51, "source": "kept", "limited_by": "spark-1", "recommended": 0.53}),
+        # Far under the recommendation (the first rerun after a start: the figures it
+        # measured are smaller than the defaults): still kept; the fresh value is offered.
+        (0.40, {"value": 0.40, "source": "kept", "limited_by": "spark-1", "recommended": 0.53}),
+        # Above the smallest recommendation it would not fit: planned again.
+        (0.55, {"value": 0.53, "source": "recommended", "limited_by": "spark-1", "recommended": 0.53}),
+        (0.60, {"value": 0.53, "source": "recommended", "limited_by": "spark-1", "recommended": 0.53}),
+        # Nothing deployed yet.
+        (None, {"value": 0.53, "source": "recommended", "limited_by": "spark-1", "recommended": 0.53}),
     ],
 )
-def test_a_deployed_utilization_is_kept_while_it_fits_and_is_close(current, expected):
+def test_a_deployed_utilization_is_kept_while_it_fits(current, expected):
     recs = {"spark-2": 0.60, "spark-1": 0.54}
     assert FILTERS["memory_plan_utilization"](recs, None, current) == expected
+
+
+def test_a_kept_utilization_under_a_fresh_plan_offers_the_one_run_lever():
+    recs = {"spark-2": 0.71, "spark-1": 0.64}
+    choice = FILTERS["memory_plan_utilization"](recs, None, 0.56)
+    assert (choice["value"], choice["source"], choice["recommended"]) == (0.56, "kept", 0.63)
+    lines = cluster.summary_lines(
+        {
+            "fits": True,
+            "gpu_memory_utilization": 0.56,
+            "utilization_source": "kept",
+            "limited_by": "spark-1",
+            "recommended_gpu_memory_utilization": 0.63,
+            "nodes": {},
+            "kv_cache_gib": 7.93,
+            "kv_cache_tokens": 4158848,
+            "vllm_args": ["--gpu-memory-utilization", "0.56"],
+            "env": {},
+            "earlyoom_args": None,
+            "ray_memory_monitor": True,
+            "drop_caches": False,
+            "risks": [],
+            "notes": [],
+        }
+    )
+    offer = [line for line in lines if "fresh plan would take 0.63" in line]
+    assert len(offer) == 1 and "-e sparkops_gpu_memory_utilization=0.63" in offer[0]
+    # A kept value equal to the fresh one offers nothing.
+    same = cluster.summary_lines(
+        {
+            "nodes": {},
+            "fits": True,
+            "gpu_memory_utilization": 0.63,
+            "utilization_source": "kept",
+            "limited_by": "spark-1",
+            "recommended_gpu_memory_utilization": 0.63,
+            "kv_cache_gib": 1.0,
+            "kv_cache_tokens": 1,
+            "vllm_args": [],
+            "env": {},
+            "earlyoom_args": None,
+            "ray_memory_monitor": True,
+            "drop_caches": False,
+            "risks": [],
+            "notes": [],
+        }
+    )
+    assert not [line for line in same if "fresh plan" in line]
+
+
+def test_a_given_value_still_reports_the_fresh_one():
+    choice = FILTERS["memory_plan_utilization"]({"spark-1": 0.54, "spark-2": 0.6}, 0.5, 0.53)
+    assert choice == {"value": 0.5, "source": "given", "limited_by": None, "recommended": 0.53}
+    # A node where nothing fits: the given value is still taken (preflight's assert judges it).
+    assert FILTERS["memory_plan_utilization"]({"spark-1": None}, 0.5)["recommended"] is None
 
 
 def test_a_given_utilization_wins_over_the_deployed_one():
