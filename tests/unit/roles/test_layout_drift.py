@@ -53,14 +53,9 @@ SCANNED = sorted(
     }
 )
 
-# serve_lifecycle is being reworked on its own branch: strict, so the test
-# fails (and this entry must go) as soon as that scenario takes its names
-# from molecule/shared/vars/layout.yml.
-KNOWN_DRIFT = {
-    "molecule/serve_lifecycle/cleanup.yml",
-    "molecule/serve_lifecycle/converge.yml",
-    "molecule/serve_lifecycle/vars/lifecycle.yml",
-}
+# Files known to build names still, each a strict xfail: the test fails (and
+# the entry must go) as soon as the file takes its names from the layout.
+KNOWN_DRIFT = set()
 
 
 def _scenario(path):
