@@ -139,21 +139,34 @@ def test_a_deployed_utilization_is_kept_while_it_fits(current, expected):
     assert FILTERS["memory_plan_utilization"](recs, None, current) == expected
 
 
-def test_a_kept_utilization_under_a_fresh_plan_offers_the_one_run_lever():
-    recs = {"spark-2": 0.71, "spark-1": 0.64}
-    choice = FILTERS["memory_plan_utilization"](recs, None, 0.56)
+def test_a_kept_utilization_under_a_fresh_plan_is_kept():
+    choice = FILTERS["memory_plan_utilization"]({"spark-2": 0.71, "spark-1": 0.64}, None, 0.56)
     assert (choice["value"], choice["source"], choice["recommended"]) == (0.56, "kept", 0.63)
+
+
+@pytest.mark.parametrize(
+    ("source", "deployed", "fresh", "offered"),
+    [
+        # Kept under a higher fresh value (the lab's first rerun, 2026-12-02): the lever is offered.
+        ("kept", 0.56, 0.63, True),
+        # Kept at the fresh value, or a fresh plan taken: nothing to offer.
+        ("kept", 0.63, 0.63, False),
+        ("recommended", 0.63, 0.63, False),
+        ("given", 0.5, 0.63, False),
+    ],
+)
+def test_the_summary_offers_the_fresh_value_only_over_a_kept_one(source, deployed, fresh, offered):
     lines = cluster.summary_lines(
         {
             "fits": True,
-            "gpu_memory_utilization": 0.56,
-            "utilization_source": "kept",
+            "gpu_memory_utilization": deployed,
+            "utilization_source": source,
             "limited_by": "spark-1",
-            "recommended_gpu_memory_utilization": 0.63,
+            "recommended_gpu_memory_utilization": fresh,
             "nodes": {},
             "kv_cache_gib": 7.93,
             "kv_cache_tokens": 4158848,
-            "vllm_args": ["--gpu-memory-utilization", "0.56"],
+            "vllm_args": ["--gpu-memory-utilization", f"{deployed}"],
             "env": {},
             "earlyoom_args": None,
             "ray_memory_monitor": True,
@@ -162,29 +175,11 @@ def test_a_kept_utilization_under_a_fresh_plan_offers_the_one_run_lever():
             "notes": [],
         }
     )
-    offer = [line for line in lines if "fresh plan would take 0.63" in line]
-    assert len(offer) == 1 and "-e sparkops_gpu_memory_utilization=0.63" in offer[0]
-    # A kept value equal to the fresh one offers nothing.
-    same = cluster.summary_lines(
-        {
-            "nodes": {},
-            "fits": True,
-            "gpu_memory_utilization": 0.63,
-            "utilization_source": "kept",
-            "limited_by": "spark-1",
-            "recommended_gpu_memory_utilization": 0.63,
-            "kv_cache_gib": 1.0,
-            "kv_cache_tokens": 1,
-            "vllm_args": [],
-            "env": {},
-            "earlyoom_args": None,
-            "ray_memory_monitor": True,
-            "drop_caches": False,
-            "risks": [],
-            "notes": [],
-        }
-    )
-    assert not [line for line in same if "fresh plan" in line]
+    offer = [line for line in lines if "fresh plan would take" in line]
+    if offered:
+        assert len(offer) == 1 and f"-e sparkops_gpu_memory_utilization={fresh:.2f}" in offer[0]
+    else:
+        assert offer == []
 
 
 def test_a_given_value_still_reports_the_fresh_one():
