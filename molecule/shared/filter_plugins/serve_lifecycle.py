@@ -15,11 +15,16 @@ RAY_KEYS = ("MainPID", "ActiveEnterTimestampMonotonic", "ContainerStartedAt")
 PLAN_SECTION = "plan"
 
 
+def _ray_unit(host, head, units):
+    """The Ray unit a host runs: the head's or a worker's."""
+    return units["ray_head"] if host == head else units["ray_worker"]
+
+
 def lifecycle_units(hosts, head, layout):
     """Host -> the units (and containers of the same name) it runs: Ray head and serve, or Ray worker."""
     units = layout["units"]
     return {
-        host: [units["ray_head"], units["serve"]] if host == head else [units["ray_worker"]] for host in hosts
+        host: [_ray_unit(host, head, units)] + ([units["serve"]] if host == head else []) for host in hosts
     }
 
 
@@ -32,7 +37,7 @@ def ray_moved(after, before, head, layout):
     units = layout["units"]
     out = []
     for host in after:
-        unit = units["ray_head"] if host == head else units["ray_worker"]
+        unit = _ray_unit(host, head, units)
         was, now = before[host][unit], after[host][unit]
         out.extend(f"{host} {unit} {key}" for key in RAY_KEYS if was.get(key) != now.get(key))
         if now.get("ActiveState") != "active":
