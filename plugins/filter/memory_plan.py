@@ -7,7 +7,6 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkops.vllm.plugins.module_utils import _cluster_memory_plan as cluster
-from ansible_collections.sparkops.vllm.plugins.module_utils._meminfo import cgroup_host_bytes
 
 
 def memory_plan_measured(text, model_id, tensor_parallel_size, pipeline_parallel_size, vllm_version=None):
@@ -43,11 +42,6 @@ def memory_plan_summary(plan, cluster_name=None, max_model_len=None):
     return cluster.summary_lines(plan, cluster_name, max_model_len)
 
 
-def memory_plan_own_host(text):
-    """GiB of host memory (cgroup memory less page cache) the running stack's containers hold."""
-    return round(cgroup_host_bytes(str(text or ""))["bytes"] / 1024**3, 3)
-
-
 def memory_plan_version_check(image_version, planned_version, host="the head"):
     """ "" when the image's vLLM release is the one the plan assumed, else the failure with its fix."""
     return cluster.version_mismatch(image_version, planned_version, host)
@@ -63,6 +57,5 @@ class FilterModule:
             "memory_plan_report": memory_plan_report,
             "memory_plan_cluster": memory_plan_cluster,
             "memory_plan_summary": memory_plan_summary,
-            "memory_plan_own_host": memory_plan_own_host,
             "memory_plan_version_check": memory_plan_version_check,
         }

@@ -92,26 +92,3 @@ def memory_from_meminfo(text):
         "reserved_bytes": hugetlb_kb * 1024 if hugetlb_kb is not None else None,
     }
     return memory, warnings
-
-
-def cgroup_host_bytes(text: str) -> dict:
-    """Host memory the running stack's containers hold, from their cgroups (cgroup v2).
-
-    ``text`` has one line per container: ``<name or id> <memory.current> <memory.stat file>``
-    (bytes; what roles/preflight/tasks/plan.yml prints). A container's memory outside the
-    page cache is ``memory.current - file``: MemTotal - MemAvailable holds that, while its
-    page cache is reclaimable and already counted as available. Lines that are not three
-    fields of numbers (a container that stopped meanwhile, a cgroup v1 host) are skipped and
-    named. Returns ``{"bytes": total, "containers": {name: bytes}, "skipped": [lines]}``.
-    """
-    containers: dict[str, int] = {}
-    skipped: list[str] = []
-    for raw in (text or "").splitlines():
-        parts = raw.split()
-        if not parts:
-            continue
-        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
-            skipped.append(raw.strip())
-            continue
-        containers[parts[0]] = max(0, int(parts[1]) - int(parts[2]))
-    return {"bytes": sum(containers.values()), "containers": containers, "skipped": skipped}

@@ -180,10 +180,26 @@ options:
     type: float
   running_stack_host_gib:
     description:
-      - On a rerun, host memory this cluster's own running containers hold (their cgroups'
-        C(memory.current) less C(file), page cache). MemTotal minus MemAvailable already holds
-        it and it comes back when they restart, so it is added back like their GPU memory.
+      - On a rerun, host memory this cluster's own running containers hold. MemTotal minus
+        MemAvailable already holds it and it comes back when they restart, so it is added back
+        like their GPU memory. Wins over O(running_stack_label).
     type: float
+  running_stack_label:
+    description:
+      - C(key=value) label of this cluster's containers. When given (and O(running_stack_host_gib)
+        is not), the module reads the host memory the running containers with this label hold from
+        their memory cgroups, v1 or v2, less their reclaimable page cache (the file LRU lists, not
+        C(file), which counts /dev/shm), and adds it back; RV(running_stack) says what it read.
+      - Containers are found from every PID's C(/proc/<pid>/cgroup) and Docker's inspect of each.
+    type: str
+  proc_root:
+    description: Where C(/proc) is read from (tests point it at a fixture tree).
+    type: path
+    default: /proc
+  cgroup_root:
+    description: Where the cgroup file system is mounted (tests point it at a fixture tree).
+    type: path
+    default: /sys/fs/cgroup
   safety_margin_gib:
     description: Headroom kept under the limit when recommending a utilization.
     type: float
@@ -263,6 +279,14 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+running_stack:
+  description:
+    - What O(running_stack_label) read, null without it. C(gib) is what was added back;
+      C(containers) maps each container to its C(bytes) and C(cgroup) (C(v1:path) or C(v2:path));
+      C(warnings) names containers whose cgroup could not be read (they add nothing).
+  returned: always
+  type: dict
+  sample: {bytes: 1288490188, gib: 1.2, containers: {sparkops-spark-vllm-ray-head: {bytes: 1288490188, cgroup: "v2:/system.slice/docker-0a1b.scope"}}, warnings: []}
 gpu_memory_utilization:
   description: The evaluated or recommended utilization; null when none fits.
   returned: always
@@ -394,11 +418,25 @@ measured:
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.sparkops.vllm.plugins.module_utils import _bounded
+from ansible_collections.sparkops.vllm.plugins.module_utils._cgroup_memory import stack_host_memory
+from ansible_collections.sparkops.vllm.plugins.module_utils._containers import (
+    DockerLookup,
+    docker_client_factory,
+)
 from ansible_collections.sparkops.vllm.plugins.module_utils._memory_plan import (
     MemoryPlanError,
     build_input,
     plan_memory,
 )
+
+
+def _docker_cli(argv):
+    """``docker inspect`` bounded in time; a hung engine reads as a failed inspect, named."""
+    try:
+        return _bounded.run(argv, timeout=20, env_update={"LC_ALL": "C"})
+    except _bounded.CommandTimedOut as exc:
+        return 124, "", str(exc)
 
 
 def main():
@@ -428,6 +466,9 @@ def main():
             "earlyoom_term_percent": {"type": "float", "default": 4.0},
             "earlyoom_kill_percent": {"type": "float", "default": 2.0},
             "running_stack_host_gib": {"type": "float"},
+            "running_stack_label": {"type": "str"},
+            "proc_root": {"type": "path", "default": "/proc"},
+            "cgroup_root": {"type": "path", "default": "/sys/fs/cgroup"},
             "drop_caches": {"type": "bool", "default": True},
             "load_reserve_gib": {"type": "float"},
             "safety_margin_gib": {"type": "float", "default": 1.0},
@@ -441,12 +482,24 @@ def main():
         },
         supports_check_mode=True,
     )
+    params = dict(module.params)
+    running_stack = None
+    if params["running_stack_label"] and params["running_stack_host_gib"] is None:
+        lookup = DockerLookup(
+            run_command=_docker_cli,
+            docker_bin=module.get_bin_path("docker"),
+            client_factory=docker_client_factory(),
+        )
+        running_stack = stack_host_memory(
+            params["running_stack_label"], lookup, params["proc_root"], params["cgroup_root"]
+        )
+        params["running_stack_host_gib"] = running_stack["gib"]
     try:
-        plan_input = build_input(module.params)
+        plan_input = build_input(params)
         result = plan_memory(plan_input)
     except MemoryPlanError as exc:
         module.fail_json(msg=str(exc), changed=False)
-    module.exit_json(changed=False, measured=dict(plan_input.measured), **result)
+    module.exit_json(changed=False, measured=dict(plan_input.measured), running_stack=running_stack, **result)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,6 @@ def test_filter_module_exports_the_documented_filters():
         "memory_plan_report",
         "memory_plan_cluster",
         "memory_plan_summary",
-        "memory_plan_own_host",
         "memory_plan_version_check",
     }
 

@@ -6,6 +6,7 @@ import pytest
 from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 from ansible_collections.sparkops.vllm.plugins.modules import memory_plan
+from cgroup_fixture import LAB, LAB_LABEL, lab_lookup
 from conftest import FIXTURES
 
 SEED_ARGS = {
@@ -121,3 +122,37 @@ def test_missing_model_dir_fails_with_the_fix(tmp_path):
     kind, result = run(args)
     assert kind is FailJson
     assert "not a directory" in result["msg"]
+
+
+def test_running_stack_label_reads_the_containers_cgroups_and_adds_them_back(monkeypatch):
+    """The lab's real capture: Ray head and serve container memory is added to what is available."""
+    monkeypatch.setattr(memory_plan, "DockerLookup", lambda **_kw: lab_lookup())
+    base = {**SEED_ARGS, "gpu_memory_utilization": None, "memory_available_gib": 100.0}
+    _, plain = run(base)
+    kind, read = run(
+        {
+            **base,
+            "running_stack_label": LAB_LABEL,
+            "proc_root": str(LAB / "proc"),
+            "cgroup_root": str(LAB / "sys/fs/cgroup"),
+        }
+    )
+    assert kind is ExitJson
+    assert plain["running_stack"] is None
+    assert set(read["running_stack"]["containers"]) == {"sparkops-lab-ray-head", "sparkops-lab-vllm"}
+    assert read["running_stack"]["gib"] > 0.4
+    assert read["breakdown"]["running_stack_host_gib"] == pytest.approx(
+        read["running_stack"]["gib"], abs=0.005
+    )
+    assert plain["breakdown"]["running_stack_host_gib"] == 0
+    assert read["recommended_gpu_memory_utilization"] >= plain["recommended_gpu_memory_utilization"]
+
+
+def test_an_explicit_running_stack_figure_wins_over_the_label(monkeypatch):
+    def no_lookup(**_kw):
+        raise AssertionError("the cgroups must not be read when the figure is given")
+
+    monkeypatch.setattr(memory_plan, "DockerLookup", no_lookup)
+    _, result = run({**SEED_ARGS, "running_stack_host_gib": 1.5, "running_stack_label": "a=b"})
+    assert result["running_stack"] is None
+    assert result["breakdown"]["running_stack_host_gib"] == 1.5
