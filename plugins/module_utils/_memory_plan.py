@@ -6,7 +6,8 @@ The model follows how vLLM V1 budgets memory (docs/memory-plan.md has the full
 derivation, every default and its source, and a worked example):
 
 * vLLM claims ``claim = gpu_memory_utilization x memory_total`` (memory_total is
-  cudaMemGetInfo's total; about 121.7 GiB on a GB10 with 121.69 GiB MemTotal).
+  cudaMemGetInfo's total, which on a GB10 is the system's MemTotal; one total per node,
+  119.70 GiB on the seeds' head as Ray printed it).
 * Inside the claim, per rank: the shard's weights, the non-torch memory measured while
   profiling (NCCL buffers, cuBLAS workspaces), the activation peak of the profiling
   run and, from vLLM 0.21 on, the estimated CUDA-graph memory. The KV cache gets the rest.
@@ -53,8 +54,9 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._vllm_memory_log imp
 )
 
 # Defaults; each one's source is in docs/memory-plan.md ("Reserves and their sources").
-# Seed (vLLM 0.17, GB10, TP=2): claim 0.90 x 121.7 = 109.53 GiB, weights 119 GB / 2 =
-# 55.41 GiB, KV 49.12 GiB -> activation + non-torch = 5.00 GiB per rank.
+# Seed (vLLM 0.17, GB10, TP=2), one total per node: claim 0.90 x 119.70 = 107.73 GiB,
+# weights 119 GB / 2 = 55.41 GiB, KV 49.12 GiB logged -> activation + non-torch = 3.20 GiB
+# per rank; the defaults keep 5.00 (KV predicted 47.32 GiB, 3.7 % under the log).
 DEFAULT_ACTIVATION_GIB = 2.0
 DEFAULT_NON_TORCH_GIB_UNIFIED = 3.0
 # Fixture 28 (v0.10.2, L40S, TP=8): non-torch 0.21 GiB, rounded up for larger NCCL groups.
@@ -285,7 +287,7 @@ class _Planner:
         if not inp.memory_total_gib or inp.memory_total_gib <= 0:
             raise MemoryPlanError(
                 "memory_total_gib must be > 0: give the memory total vLLM sees (cudaMemGetInfo; "
-                "on a GB10 about MemTotal, e.g. 121.7)."
+                "on a GB10 its MemTotal, e.g. 119.70)."
             )
         if inp.tensor_parallel_size < 1 or inp.pipeline_parallel_size < 1:
             raise MemoryPlanError("tensor_parallel_size and pipeline_parallel_size must be at least 1.")
@@ -707,6 +709,10 @@ def _shortfall(t: _Terms, ev) -> float:
     return round(max(gaps), 2)
 
 
+def _at_utilization(rec: float | None) -> str:
+    return f" with --gpu-memory-utilization {rec:.2f}" if rec is not None else ""
+
+
 def _levers(planner: _Planner, t: _Terms, u: float, ev) -> list[dict]:
     inp = planner.inp
     levers: list[dict] = []
@@ -780,21 +786,27 @@ def _levers(planner: _Planner, t: _Terms, u: float, ev) -> list[dict]:
         peak = ev["peak"] if t.unified else t.host_peak
         needed = _ceil2((peak + t.margin) / t.sys_total)
         if needed <= 0.99:
+            rec_threshold = _recommend(planner.terms(threshold=needed))
             levers.append(
                 {
                     "lever": "ray_memory_threshold",
                     "value": needed,
-                    "closes_gap": _recommend(planner.terms(threshold=needed)) is not None,
-                    "detail": f"RAY_memory_usage_threshold={needed} on every Ray node (before ray start)",
+                    "closes_gap": rec_threshold is not None,
+                    "detail": f"RAY_memory_usage_threshold={needed} on every Ray node (before ray start)"
+                    + _at_utilization(rec_threshold),
                 }
             )
-        off = planner.terms(monitor=False)
+        # The limit with the monitor off is earlyoom's SIGTERM threshold, not MemTotal: the
+        # given utilization may still not fit, so the lever names the one that does.
+        rec_off = _recommend(planner.terms(monitor=False))
         levers.append(
             {
                 "lever": "ray_memory_monitor",
                 "value": False,
-                "closes_gap": _recommend(off) is not None,
-                "detail": "RAY_memory_monitor_refresh_ms=0 on every Ray node; earlyoom then guards the node",
+                "closes_gap": rec_off is not None,
+                "detail": "RAY_memory_monitor_refresh_ms=0 on every Ray node"
+                + _at_utilization(rec_off)
+                + "; earlyoom then guards the node",
                 "env": {"RAY_memory_monitor_refresh_ms": "0"},
             }
         )

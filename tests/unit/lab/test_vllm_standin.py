@@ -536,6 +536,10 @@ def test_kv_bytes_per_token_from_config_and_fp8(serve):
 def test_seed_calibration_reproduces_the_logged_kv_cache(tmp_path):
     """The seeds (GB10, TP=2, 0.90, 119 GB, vLLM 0.17) logged 49.12 GiB of KV cache per rank.
 
+    One total per node: MemTotal 119.70 GiB as Ray printed it on the seeds' head. The
+    stand-in's reserves (2.0 + 3.0 GiB) are the plan's defaults, on the safe side of the
+    3.20 GiB the seed implies, so its KV cache is 47.32 GiB: within 10 % of the log.
+
     A TP=2 start needs Ray, so this one rank's accounting runs in-process, loaded from the
     stand-in's file (it is a program, not a package).
     """
@@ -545,7 +549,7 @@ def test_seed_calibration_reproduces_the_logged_kv_cache(tmp_path):
     with (model / "model-00001-of-00039.safetensors").open("wb") as handle:
         handle.truncate(119_000_000_000)
     meminfo = tmp_path / "gb10"
-    meminfo.write_text(f"MemTotal: {int(121.7 * 2**20)} kB\nMemFree: {121 * 2**20} kB\n")
+    meminfo.write_text(f"MemTotal: {int(119.70 * 2**20)} kB\nMemFree: {119 * 2**20} kB\n")
     rank = standin.rank_memory(
         {
             "model": str(model),
@@ -561,6 +565,7 @@ def test_seed_calibration_reproduces_the_logged_kv_cache(tmp_path):
         }
     )
     assert "error" not in rank
-    assert round(rank["requested"] / GIB, 2) == 109.53
+    assert round(rank["requested"] / GIB, 2) == 107.73
     assert round(rank["weights"] / GIB, 2) == 55.41
-    assert round(rank["kv"] / GIB, 2) == 49.12
+    assert round(rank["kv"] / GIB, 2) == 47.32
+    assert abs(rank["kv"] / GIB - 49.12) / 49.12 < 0.10

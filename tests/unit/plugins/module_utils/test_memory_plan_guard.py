@@ -275,3 +275,27 @@ def test_load_time_peak_is_checked_against_the_same_limit(weights, reserve, peak
             ]
             is None
         )
+
+
+# ------------------------------------------------------------------ the monitor lever names its utilization
+
+
+def test_monitor_off_lever_names_the_utilization_that_fits_under_earlyoom():
+    """At 0.90 the seed fails under Ray's line; turning the monitor off does not make 0.90 fit
+    (earlyoom's SIGTERM line is lower than MemTotal), so the lever names the value that does."""
+    on = plan_memory(seed())
+    off = plan_memory(seed(ray_memory_monitor=False, gpu_memory_utilization=None))
+    lever = next(x for x in on["levers"] if x["lever"] == "ray_memory_monitor")
+    assert lever["closes_gap"] is True
+    assert f"with --gpu-memory-utilization {off['recommended_gpu_memory_utilization']:.2f}" in lever["detail"]
+    assert off["recommended_gpu_memory_utilization"] < 0.90
+    assert plan_memory(seed(ray_memory_monitor=False))["fits"] is False
+
+
+def test_a_lever_that_closes_nothing_names_no_utilization():
+    # 400 GiB of weights per rank fit nowhere: no lever may name a value.
+    result = plan_memory(seed(weights_gib=800.0))
+    for lever in result["levers"]:
+        if lever["lever"] in ("ray_memory_monitor", "ray_memory_threshold", "cuda_graphs"):
+            assert lever["closes_gap"] is False
+            assert "--gpu-memory-utilization" not in lever["detail"]
