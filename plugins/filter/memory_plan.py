@@ -7,6 +7,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkops.vllm.plugins.module_utils import _cluster_memory_plan as cluster
+from ansible_collections.sparkops.vllm.plugins.module_utils import _memory_guard as guard
 
 
 def memory_plan_measured(text, model_id, tensor_parallel_size, pipeline_parallel_size, vllm_version=None):
@@ -47,6 +48,30 @@ def memory_plan_version_check(image_version, planned_version, host="the head"):
     return cluster.version_mismatch(image_version, planned_version, host)
 
 
+def memory_plan_drop_caches_command(what, form="exec"):
+    """The command a unit's ExecStartPre (``exec``) or the serve stage (``argv``) runs to drop the page cache."""
+    try:
+        return guard.drop_caches_command(what, form)
+    except ValueError as exc:
+        raise AnsibleFilterError(f"memory_plan_drop_caches_command: {exc}") from exc
+
+
+def memory_plan_page_cache_outcome(text):
+    """``{dropped, what}`` of the last drop line in a text, or None when it holds none."""
+    return guard.page_cache_outcome(str(text or ""))
+
+
+def memory_plan_page_cache(outputs):
+    """The serve summary's page-cache line from ``{host: text, or a registered command result}``."""
+
+    def text(value):
+        if isinstance(value, dict):
+            return "" if value.get("skipped") else str(value.get("stdout") or "")
+        return str(value or "")
+
+    return guard.page_cache_report({h: guard.page_cache_outcome(text(v)) for h, v in dict(outputs).items()})
+
+
 class FilterModule:
     """sparkops.vllm memory plan filters."""
 
@@ -58,4 +83,7 @@ class FilterModule:
             "memory_plan_cluster": memory_plan_cluster,
             "memory_plan_summary": memory_plan_summary,
             "memory_plan_version_check": memory_plan_version_check,
+            "memory_plan_drop_caches_command": memory_plan_drop_caches_command,
+            "memory_plan_page_cache": memory_plan_page_cache,
+            "memory_plan_page_cache_outcome": memory_plan_page_cache_outcome,
         }

@@ -333,8 +333,8 @@ def summary_lines(plan, cluster_name=None, max_model_len=None):
         )
     if plan.get("drop_caches"):
         lines.append(
-            "page cache: dropped right before each Ray unit and serve start (ExecStartPre: sync; "
-            "echo 1 > /proc/sys/vm/drop_caches); a node that cannot write it says so in the ray_cluster stage"
+            "page cache: to be dropped right before each Ray unit start and, on every node, before serve "
+            "starts (sync; echo 1 > /proc/sys/vm/drop_caches); the serve summary says where it was"
         )
     lines.extend(f"note: {note}" for note in plan["notes"])
     lines.extend(f"risk: {risk}" for risk in plan["risks"])

@@ -140,13 +140,81 @@ def _version_key(version):
     return (int(match.group(1)), int(match.group(2))) if match else None
 
 
-def page_cache_risks(vllm_version, startup_needed_gib, memory_free_gib):
+# The drop itself: one shell command for the Ray and serve units' ExecStartPre and the
+# serve stage's drop on the workers, and the lines it prints, which the serve summary reads
+# back (page_cache_outcome). No "$" or "%": systemd expands both in Exec lines.
+DROP_CACHES_FILE = "/proc/sys/vm/drop_caches"
+DROPPED = "sparkops: page cache dropped before the {what} start"
+NOT_DROPPED = (
+    "sparkops: page cache NOT dropped before the {what} start: " + DROP_CACHES_FILE + " is not writable"
+)
+_OUTCOME_RE = re.compile(
+    r"^sparkops: page cache (?P<state>dropped|NOT dropped) before the (?P<what>[\w ]+?) start(?::.*)?$",
+    re.MULTILINE,
+)
+
+
+def drop_caches_script(what):
+    """The shell script that drops the page cache (``echo 1``: clean page cache only) and says so."""
+    if not re.fullmatch(r"[\w ]+", str(what or "")):
+        raise ValueError(f"what={what!r}: letters, digits, underscores and spaces only")
+    return (
+        f'sync; if echo 1 > {DROP_CACHES_FILE}; then echo "{DROPPED.format(what=what)}"; '
+        f'else echo "{NOT_DROPPED.format(what=what)}"; fi'
+    )
+
+
+def drop_caches_command(what, form="exec"):
+    """The script as an ``ExecStartPre=`` command line (``exec``) or an argv list (``argv``)."""
+    script = drop_caches_script(what)
+    if form == "argv":
+        return ["/bin/sh", "-c", script]
+    if form == "exec":
+        return f"/bin/sh -c '{script}'"
+    raise ValueError(f"form={form!r}: exec or argv")
+
+
+def page_cache_outcome(text):
+    """``{"dropped": bool, "what": str}`` of the last drop line in a log or output, or None."""
+    found = None
+    for match in _OUTCOME_RE.finditer(text or ""):
+        found = {"dropped": match.group("state") == "dropped", "what": match.group("what")}
+    return found
+
+
+def page_cache_report(outcomes):
+    """One summary line from ``{host: outcome or None}`` (None: that node logged no drop)."""
+    if not any(outcomes.values()):
+        return "page cache: no drop in this run (serve did not start)"
+    dropped = sorted(h for h, o in outcomes.items() if o and o["dropped"])
+    refused = sorted(h for h, o in outcomes.items() if o and not o["dropped"])
+    silent = sorted(h for h, o in outcomes.items() if not o)
+    parts = []
+    if dropped:
+        parts.append("dropped before serve claimed memory on " + ", ".join(dropped))
+    if refused:
+        parts.append(
+            "NOT dropped on " + ", ".join(refused) + f" ({DROP_CACHES_FILE} is not writable: a container, or "
+            "/proc/sys read-only; on a real node root can write it)"
+        )
+    if silent:
+        parts.append("no drop logged on " + ", ".join(silent))
+    return "page cache: " + "; ".join(parts)
+
+
+def page_cache_risks(vllm_version, startup_needed_gib, memory_free_gib, drop_caches=True):
     """The page-cache risks on unified memory for this vLLM version, in plain words."""
     key = _version_key(vllm_version)
-    drop = (
-        "the ray_cluster role drops the page cache in each Ray unit's ExecStartPre "
-        "(preflight_plan_drop_caches; sync; echo 1 > /proc/sys/vm/drop_caches)"
-    )
+    if drop_caches:
+        drop = (
+            "the Ray and serve units drop the page cache in their ExecStartPre and the serve stage on every "
+            f"worker before serve starts (preflight_plan_drop_caches; sync; echo 1 > {DROP_CACHES_FILE})"
+        )
+    else:
+        drop = (
+            "preflight_plan_drop_caches is off, so nothing drops it: run "
+            f"`sync; echo 1 > {DROP_CACHES_FILE}` on every node right before the start, or turn the setting on"
+        )
     risks = []
     if key is not None and key < MEMAVAILABLE_SINCE:
         if memory_free_gib is None or memory_free_gib < startup_needed_gib:

@@ -637,7 +637,9 @@ def _risks(inp, t: _Terms, ev, planner: _Planner) -> list[str]:
     risks: list[str] = []
     claim = ev["claim"]
     if t.unified:
-        risks.extend(page_cache_risks(inp.vllm_version, claim + t.context, inp.memory_free_gib))
+        risks.extend(
+            page_cache_risks(inp.vllm_version, claim + t.context, inp.memory_free_gib, inp.drop_caches)
+        )
         if inp.memory_available_gib is None:
             risks.append(
                 "memory_available_gib not given: the plan assumes nothing else uses memory on the node"

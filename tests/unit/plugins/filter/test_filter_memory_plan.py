@@ -57,6 +57,9 @@ def test_filter_module_exports_the_documented_filters():
         "memory_plan_cluster",
         "memory_plan_summary",
         "memory_plan_version_check",
+        "memory_plan_drop_caches_command",
+        "memory_plan_page_cache",
+        "memory_plan_page_cache_outcome",
     }
 
 
@@ -290,7 +293,10 @@ def test_monitor_off_carries_the_env_and_demands_earlyoom():
     assert result["earlyoom_args"].startswith("-m 4,2 -s 100,100 -r 0 --prefer ")
     assert f"EARLYOOM_ARGS={result['earlyoom_args']} (the limits above are its SIGTERM threshold)" in text
     assert result["drop_caches"] is True
-    assert "page cache: dropped right before each Ray unit and serve start" in text
+    assert (
+        "page cache: to be dropped right before each Ray unit start and, on every node, before serve starts"
+        in text
+    )
 
 
 def test_monitor_on_has_no_guard_args_and_no_drop_when_turned_off():
