@@ -43,10 +43,16 @@ import re
 DEFAULT_EARLYOOM_TERM_PERCENT = 4.0
 DEFAULT_EARLYOOM_KILL_PERCENT = 2.0
 
-EARLYOOM_PREFER = r"^(ray::.*|VLLM::.*|vllm|pt_main_thread)$"
+# Prefer the memory holders only: Ray's GPU workers, not every "ray::" process. The lab's
+# serving nodes (tests/fixtures/earlyoom/comm_lab_*_serving.tsv) also run ray::DashboardA
+# and ray::RuntimeEnv, Ray's per-node agents; Ray 2.60.0's raylet fate-shares with them
+# (killing the dashboard agent took the raylet and the node's vLLM rank down, measured:
+# tests/fixtures/earlyoom/ray_2.60_dashboard_agent_killed_raylet.out). So they, and the
+# `ray start --block` process (comm "ray"), are avoided like the head's processes.
+EARLYOOM_PREFER = r"^(ray::RayWorkerW.*|VLLM::.*|vllm|pt_main_thread)$"
 EARLYOOM_AVOID = (
     r"^(sshd|systemd|systemd-.*|dockerd|containerd|containerd-shim.*|earlyoom|"
-    r"gcs_server|raylet|dashboard|log_monitor.*|ray_client_ser.*)$"
+    r"gcs_server|raylet|ray|ray::DashboardA.*|ray::RuntimeEnv.*|dashboard|log_monitor.*|ray_client_ser.*)$"
 )
 
 
@@ -110,6 +116,36 @@ def parse_earlyoom_startup(text: str) -> dict:
     found["dryrun"] = "dryrun mode enabled, will not kill anything" in text
     found["warnings"] = re.findall(r"^warning: (.*)$", text, re.MULTILINE)
     return found
+
+
+_VICTIM_RE = re.compile(
+    r'^sending (?P<signal>SIG[A-Z]+) to process (?P<pid>\d+) uid (?P<uid>\d+) "(?P<comm>[^"]*)": '
+    r"badness (?P<badness>-?\d+), VmRSS (?P<rss_mib>\d+) MiB",
+    re.MULTILINE,
+)
+
+
+def parse_earlyoom_victims(text: str) -> list[dict]:
+    """Every victim earlyoom 1.7 chose in a text (``sending SIGTERM to process ...``), in order."""
+    victims = []
+    for match in _VICTIM_RE.finditer(text or ""):
+        found = match.groupdict()
+        for key in ("pid", "uid", "badness", "rss_mib"):
+            found[key] = int(found[key])
+        victims.append(found)
+    return victims
+
+
+def earlyoom_badness(
+    comm: str, oom_score: int, prefer: str = EARLYOOM_PREFER, avoid: str = EARLYOOM_AVOID
+) -> int:
+    """earlyoom 1.7's badness of a process: its oom_score, +300 on --prefer, -300 on --avoid (kill.c)."""
+    badness = int(oom_score)
+    if prefer and re.search(prefer, comm):
+        badness += 300
+    if avoid and re.search(avoid, comm):
+        badness -= 300
+    return badness
 
 
 def earlyoom_limit(sys_total: float, term: float) -> float:

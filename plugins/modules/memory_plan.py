@@ -379,7 +379,7 @@ earlyoom_args:
       sshd, systemd, Docker and Ray's head processes. Null while Ray's monitor is on.
   returned: always
   type: str
-  sample: "-m 4,2 -s 100,100 -r 0 --prefer '^(ray::.*|VLLM::.*|vllm|pt_main_thread)$' --avoid '...'"
+  sample: "-m 4,2 -s 100,100 -r 0 --prefer '^(ray::RayWorkerW.*|VLLM::.*|vllm|pt_main_thread)$' --avoid '...'"
 drop_caches:
   description: Whether the units drop the page cache before start (unified memory and O(drop_caches)).
   returned: always

@@ -59,6 +59,11 @@ COMM_TABLE = [
     ("raylet", "avoid"),
     ("dashboard", "avoid"),
     ("earlyoom", "avoid"),
+    # Ray's per-node agents and `ray start`, on every serving lab node (comm_lab_*_serving.tsv):
+    # the raylet fate-shares with the agents, so they are never the victim.
+    ("ray::DashboardA", "avoid"),
+    ("ray::RuntimeEnv", "avoid"),
+    ("ray", "avoid"),
     ("bash", None),
     ("python3", None),
 ]
