@@ -172,7 +172,7 @@ def failure_report(host, role, plan, utilization_source=None):
         f" + activation {b.get('activation_gib')}"
         f" + non-torch {b.get('non_torch_gib')} + graphs in claim {b.get('cuda_graph_in_claim_gib')}"
         f" + KV {b.get('kv_cache_gib')}; outside it: in use before launch {b.get('used_before_launch_gib')},"
-        f" CUDA context {b.get('cuda_context_gib')}, graph capture {b.get('cuda_graph_outside_claim_gib')},"
+        f" CUDA context {b.get('cuda_context_gib')}, NCCL {b.get('nccl_gib', 0.0)}, graph capture {b.get('cuda_graph_outside_claim_gib')},"
         f" Ray and host processes {b.get('ray_and_host_processes_gib')}"
     )
     lines.append("  why:")

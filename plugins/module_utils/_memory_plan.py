@@ -56,13 +56,28 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._vllm_memory_log imp
 # Defaults; each one's source is in docs/memory-plan.md ("Reserves and their sources").
 # Seed (vLLM 0.17, GB10, TP=2), one total per node: claim 0.90 x 119.70 = 107.73 GiB,
 # weights 119 GB / 2 = 55.41 GiB, KV 49.12 GiB logged -> activation + non-torch = 3.20 GiB
-# per rank; the defaults keep 5.00 (KV predicted 47.32 GiB, 3.7 % under the log).
+# per rank; the defaults keep 4.00 (KV predicted 48.32 GiB, 1.6 % under the log).
 DEFAULT_ACTIVATION_GIB = 2.0
-DEFAULT_NON_TORCH_GIB_UNIFIED = 3.0
+# Non-torch memory inside the claim (cuBLAS workspaces and what grows after the snapshot).
+# NCCL's communicators are not in it: vLLM creates them before its startup snapshot (below).
+DEFAULT_NON_TORCH_GIB_UNIFIED = 2.0
 # Fixture 28 (v0.10.2, L40S, TP=8): non-torch 0.21 GiB, rounded up for larger NCCL groups.
 DEFAULT_NON_TORCH_GIB_DISCRETE = 0.5
 # Fixture 28: "Free memory on device (43.93/44.42 GiB)" at vLLM's snapshot -> 0.49 GiB context.
 DEFAULT_CUDA_CONTEXT_GIB = 0.5
+# NCCL's communicators per rank (vLLM's pynccl one and torch's process group) when the
+# engine spans more than one rank. vLLM's Worker.init_device() initializes the distributed
+# environment BEFORE its memory snapshot ("This ensures NCCL buffers are allocated before we
+# measure available memory": vllm/v1/worker/gpu_worker.py in 0.12.0, 0.17.1 and 0.34.0), so
+# they are outside the --gpu-memory-utilization claim, like the CUDA context, and lower the
+# free memory the startup check sees. Cross-node, custom all-reduce is off (0.12/0.17:
+# parallel.py "nnodes > 1: disable_custom_all_reduce"; 0.34: MNNVL only), so no IPC buffers.
+# No vLLM or NCCL figure for the total exists; vllm-project/vllm PR #45517 reports 1-2 GiB
+# on rank 0 (TP=2, PP=2). Estimate for ranks on several nodes (a guess, on the low side of
+# that report; the default applies on unified memory, see terms()): measure and override.
+DEFAULT_NCCL_GIB = 1.0
+# The highest RAY_memory_usage_threshold a lever offers (docs/memory-plan.md, "Levers").
+MAX_RAY_MEMORY_THRESHOLD = 0.99
 # Fixture 28: "Graph capturing finished in 53 secs, took 3.45 GiB".
 DEFAULT_CUDA_GRAPH_GIB = 3.5
 # Ray head (GCS, raylet, dashboard) + vLLM API server + EngineCore + the GPU worker's host
@@ -103,6 +118,7 @@ class MemoryPlanInput:
     non_torch_reserve_gib: float | None = None
     cuda_graph_reserve_gib: float | None = None
     cuda_context_reserve_gib: float = DEFAULT_CUDA_CONTEXT_GIB
+    nccl_reserve_gib: float | None = None
     ray_reserve_gib: float | None = None
     ray_memory_threshold: float = DEFAULT_RAY_MEMORY_THRESHOLD
     ray_memory_monitor: bool = True
@@ -161,12 +177,20 @@ class _Terms:
     guard_percent: float = DEFAULT_EARLYOOM_TERM_PERCENT
     own_host: float = 0.0
     load: float = 0.0
+    nccl: float = 0.0
+
+    @property
+    def before_snapshot(self) -> float:
+        """What a rank allocates before vLLM's startup snapshot: CUDA context and NCCL communicators."""
+        return self.context + self.nccl
 
     @property
     def load_peak(self) -> float:
         """While the weights load and are post-processed: before the KV cache and the graphs."""
         before = (
-            self.os_used + self.context + self.ray if self.unified else self.gpu_used_before + self.context
+            self.os_used + self.before_snapshot + self.ray
+            if self.unified
+            else self.gpu_used_before + self.before_snapshot
         )
         return before + self.weights + self.load
 
@@ -177,8 +201,8 @@ class _Terms:
     @property
     def outside_claim(self) -> float:
         if self.unified:
-            return self.os_used + self.context + self.graph_out + self.ray
-        return self.gpu_used_before + self.context + self.graph_out
+            return self.os_used + self.before_snapshot + self.graph_out + self.ray
+        return self.gpu_used_before + self.before_snapshot + self.graph_out
 
     @property
     def guard_limit(self) -> float | None:
@@ -397,17 +421,23 @@ class _Planner:
         if inp.memory_available_gib is not None and sys_total is not None:
             os_used = max(0.0, sys_total - inp.memory_available_gib - own_host)
         context = float(inp.cuda_context_reserve_gib)
+        # On unified memory (one GB10 per node) more than one rank means ranks on other nodes,
+        # NCCL over the network. On discrete GPUs the plan assumes one node: fixture 28
+        # (L40S, TP=8, one node) had 0.49 GiB gone at vLLM's snapshot, context and NCCL
+        # together, which the context default covers.
+        nccl_default = DEFAULT_NCCL_GIB if inp.unified_memory and ranks > 1 else 0.0
+        nccl = self._term("nccl_gib", inp.nccl_reserve_gib, nccl_default)
         if inp.unified_memory:
             # vLLM's check needs free >= claim at its snapshot; after dropping caches free ~ MemAvailable.
             room = (
                 (inp.memory_available_gib + own_host) if inp.memory_available_gib is not None else sys_total
             )
-            startup_room = room - context
+            startup_room = room - context - nccl
             gpu_used_before = 0.0
         else:
             free = inp.memory_free_gib if inp.memory_free_gib is not None else inp.memory_total_gib
             gpu_used_before = max(0.0, inp.memory_total_gib - free)
-            startup_room = free - context
+            startup_room = free - context - nccl
         kv_need = 0.0
         bpt = self.bytes_per_token(tp)
         if bpt and inp.max_model_len:
@@ -433,6 +463,7 @@ class _Planner:
             guard_percent=float(inp.earlyoom_term_percent),
             own_host=own_host,
             load=load,
+            nccl=nccl,
         )
 
     def bytes_per_token(self, tp: int | None = None) -> int | None:
@@ -497,6 +528,7 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
         "cuda_graph_in_claim_gib": _r(t.graph_in),
         "kv_cache_gib": _r(ev["kv"]),
         "cuda_context_gib": _r(t.context),
+        "nccl_gib": _r(t.nccl),
         "cuda_graph_outside_claim_gib": _r(t.graph_out),
         "used_before_launch_gib": _r(t.os_used if t.unified else t.gpu_used_before),
         "running_stack_host_gib": _r(t.own_host),
@@ -507,8 +539,8 @@ def plan_memory(inp: MemoryPlanInput) -> dict:
         "ray_memory_threshold": t.threshold if t.monitor else None,
         "earlyoom_term_percent": None if t.monitor else t.guard_percent,
         "safety_margin_gib": _r(t.margin),
-        "startup_free_needed_gib": _r(ev["claim"] + t.context),
-        "startup_room_gib": _r(t.startup_room + t.context),
+        "startup_free_needed_gib": _r(ev["claim"] + t.before_snapshot),
+        "startup_room_gib": _r(t.startup_room + t.before_snapshot),
         "kv_cache_needed_gib": _r(t.kv_need),
         "sources": dict(planner.sources),
     }
@@ -588,7 +620,7 @@ def _reasons(inp, t: _Terms, u, ev, *, recommended, bounds) -> list[str]:
     if not checks["startup"]:
         reasons.append(
             f"vLLM's startup check fails: the claim of {ev['claim']:.2f} GiB ({u} x {t.total:.2f}) "
-            f"is more than the {t.startup_room:.2f} GiB free after the CUDA context"
+            f"is more than the {t.startup_room:.2f} GiB free after the CUDA context and NCCL's communicators"
         )
     if not checks["kv"]:
         if ev["kv"] <= 0:
@@ -638,7 +670,9 @@ def _risks(inp, t: _Terms, ev, planner: _Planner) -> list[str]:
     claim = ev["claim"]
     if t.unified:
         risks.extend(
-            page_cache_risks(inp.vllm_version, claim + t.context, inp.memory_free_gib, inp.drop_caches)
+            page_cache_risks(
+                inp.vllm_version, claim + t.before_snapshot, inp.memory_free_gib, inp.drop_caches
+            )
         )
         if inp.memory_available_gib is None:
             risks.append(
@@ -786,8 +820,10 @@ def _levers(planner: _Planner, t: _Terms, u: float, ev) -> list[dict]:
             break
     if t.monitor and t.sys_total and (not ev["checks"]["peak"] if t.unified else not ev["checks"]["host"]):
         peak = ev["peak"] if t.unified else t.host_peak
-        needed = _ceil2((peak + t.margin) / t.sys_total)
-        if needed <= 0.99:
+        # Past 0.99 the threshold alone cannot hold the given claim; 0.99 (the most the plan
+        # offers: the kernel and sshd need the rest) still may, at a lower utilization.
+        needed = min(_ceil2((peak + t.margin) / t.sys_total), MAX_RAY_MEMORY_THRESHOLD)
+        if needed > inp.ray_memory_threshold:
             rec_threshold = _recommend(planner.terms(threshold=needed))
             levers.append(
                 {

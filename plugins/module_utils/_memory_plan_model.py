@@ -229,6 +229,7 @@ _NUMBERS = frozenset(
         "non_torch_reserve_gib",
         "cuda_graph_reserve_gib",
         "cuda_context_reserve_gib",
+        "nccl_reserve_gib",
         "ray_reserve_gib",
         "ray_memory_threshold",
         "earlyoom_term_percent",

@@ -114,16 +114,17 @@ options:
     type: str
   activation_reserve_gib:
     description:
-      - Activation peak of the profiling run per rank, in GiB. Default 2.0 (the seed's 5.00 GiB
-        of activation plus non-torch on GB10, split with fixture 28's 1.4 GiB activation rounded
-        up). O(measured.activation_gib) overrides it.
+      - Activation peak of the profiling run per rank, in GiB. Default 2.0 (fixture 28's 1.4 GiB
+        rounded up for a GB10 MoE; with the non-torch default 4.00 GiB, over the 3.20 GiB the
+        seed implies on GB10). O(measured.activation_gib) overrides it.
     type: float
   non_torch_reserve_gib:
     description:
-      - Non-torch memory per rank (NCCL buffers, cuBLAS workspaces; on unified memory also the
-        growth of other memory while vLLM profiles). Default 3.0 on unified memory (the seed's
-        5.00 GiB minus the activation default), 0.5 on discrete GPUs (fixture 28 measured 0.21).
-        O(measured.non_torch_gib) overrides it.
+      - Non-torch memory per rank inside the claim (cuBLAS workspaces; on unified memory also the
+        growth of other memory while vLLM profiles). NCCL's communicators are not in it (see
+        O(nccl_reserve_gib)). Default 2.0 on unified memory (the seed's 3.20 GiB of activation
+        plus non-torch, rounded up with the activation default), 0.5 on discrete GPUs (fixture 28
+        measured 0.21). O(measured.non_torch_gib) overrides it.
     type: float
   cuda_graph_reserve_gib:
     description:
@@ -136,6 +137,13 @@ options:
         0.5 (fixture 28, free 43.93 of 44.42 GiB at the snapshot).
     type: float
     default: 0.5
+  nccl_reserve_gib:
+    description:
+      - NCCL's communicators per rank (vLLM's pynccl one and torch's process group), created before
+        vLLM's startup snapshot (vllm/v1/worker/gpu_worker.py C(init_device), 0.12 to 0.34) and so
+        outside the claim, like the CUDA context. Default 1.0 when TP x PP > 1, else 0: an estimate
+        (vLLM pull request 45517 reports 1-2 GiB on rank 0); vLLM logs no figure for it.
+    type: float
   ray_reserve_gib:
     description:
       - Host memory of Ray's processes and vLLM's host-side processes on this node. Default 3.0 on
@@ -460,6 +468,7 @@ def main():
             "non_torch_reserve_gib": {"type": "float"},
             "cuda_graph_reserve_gib": {"type": "float"},
             "cuda_context_reserve_gib": {"type": "float", "default": 0.5},
+            "nccl_reserve_gib": {"type": "float"},
             "ray_reserve_gib": {"type": "float"},
             "ray_memory_threshold": {"type": "float", "default": 0.95},
             "ray_memory_monitor": {"type": "bool", "default": True},

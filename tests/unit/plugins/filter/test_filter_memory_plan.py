@@ -28,7 +28,7 @@ LAB = {
     "weights_gib": 0.5,
 }
 SEED = {
-    "memory_total_gib": 121.7,
+    "memory_total_gib": 119.70,
     "system_memory_total_gib": 119.70,
     "memory_available_gib": 117.7,
     "tensor_parallel_size": 2,
@@ -216,9 +216,11 @@ def test_report_of_the_seeds_given_utilization_names_ray_and_the_fixes():
         "spark-1 (head): the memory plan does not fit at --gpu-memory-utilization 0.9"
         " (sparkops_gpu_memory_utilization)" in text
     )
-    assert "KV cache 49.12 GiB per rank; peak 118.53 GiB vs limit 113.72 GiB" in text
+    assert "KV cache 48.32 GiB per rank; peak 117.73 GiB vs limit 113.72 GiB" in text
+    assert "CUDA context 0.5, NCCL 1.0, graph capture 3.5" in text
     assert "Ray's memory monitor would kill a worker" in text
     assert "sparkops_gpu_memory_utilization: 0.85 -> --gpu-memory-utilization 0.85" in text
+    assert "RAY_memory_monitor_refresh_ms=0 on every Ray node with --gpu-memory-utilization 0.86" in text
     assert "sparkops_ray_memory_monitor: false" in text
 
 

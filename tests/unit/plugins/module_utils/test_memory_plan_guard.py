@@ -132,6 +132,8 @@ NUMERIC = [
     "non_torch_reserve_gib",
     "cuda_graph_reserve_gib",
     "cuda_context_reserve_gib",
+    "nccl_reserve_gib",
+    "load_reserve_gib",
     "ray_reserve_gib",
     "ray_memory_threshold",
     "earlyoom_term_percent",
@@ -169,14 +171,14 @@ def test_measured_nan_is_refused(bad):
 
 # ------------------------------------------------------------------ a rerun on a serving node
 
-# The seed's head serving at 0.87 (Ray's monitor off): MemTotal - MemAvailable holds the
+# The seed's head serving at 0.86 (Ray's monitor off): MemTotal - MemAvailable holds the
 # stack. Its GPU memory (nvidia-smi's per-process figures of its own containers) is added
 # back by the preflight role into memory_available_gib; its host memory (the containers'
 # cgroup memory less page cache: Ray, the API server, the engine's host side) comes back
 # through running_stack_host_gib.
 FRESH_AVAILABLE = 117.7
-GPU_HELD = 0.87 * SEED_TOTAL + 0.5 + 3.5  # claim, CUDA context, graphs outside the claim
-HOST_HELD = 3.4  # memory.current - file of the Ray head and vLLM containers
+GPU_HELD = 0.86 * SEED_TOTAL + 0.5 + 1.0 + 3.5  # claim, CUDA context, NCCL, graphs outside the claim
+HOST_HELD = 3.4  # memory.current - active_file - inactive_file of the Ray head and vLLM containers
 
 
 def rerun_input(**overrides):
@@ -191,15 +193,15 @@ def rerun_input(**overrides):
 
 RERUN_TABLE = [
     # (host memory added back, expected recommendation)
-    (HOST_HELD, 0.87),  # the rerun keeps the serving utilization
-    (None, 0.84),  # without it the stack's host memory counts twice: the plan drops
+    (HOST_HELD, 0.86),  # the rerun keeps the serving utilization
+    (None, 0.83),  # without it the stack's host memory counts twice: the plan drops
 ]
 
 
 @pytest.mark.parametrize("own_host,expected", RERUN_TABLE)
 def test_rerun_on_a_serving_node_keeps_its_utilization(own_host, expected):
     fresh = plan_memory(seed(ray_memory_monitor=False, gpu_memory_utilization=None))
-    assert fresh["gpu_memory_utilization"] == 0.87
+    assert fresh["gpu_memory_utilization"] == 0.86
     rerun = plan_memory(rerun_input(running_stack_host_gib=own_host))
     assert rerun["gpu_memory_utilization"] == expected
     if own_host:
@@ -252,14 +254,15 @@ def test_property_fits_never_reports_a_peak_above_the_limit(inp):
 
 # ------------------------------------------------------------------ the load-time peak (vLLM PR #45179)
 
-# Unified, MemTotal 119.70, 2.0 GiB in use, head (3.0 GiB Ray), CUDA context 0.5:
-# load_peak = 2.0 + 0.5 + 3.0 + weights per rank + load_reserve_gib, against 0.95 x 119.70 = 113.72.
+# Unified, MemTotal 119.70, 2.0 GiB in use, head (3.0 GiB Ray), CUDA context 0.5, NCCL 1.0 (both
+# before vLLM's snapshot, so before the weights load):
+# load_peak = 2.0 + 0.5 + 1.0 + 3.0 + weights per rank + load_reserve_gib, against 0.95 x 119.70 = 113.72.
 LOAD_TABLE = [
     # (weights over TP=2, load reserve, load peak, load check at the given 0.5, named in the reasons)
-    (205.0, None, 111.0, True, False),  # the default 3.0 GiB of post-processing fits
-    (205.0, 8.0, 116.0, False, True),  # a heavier conversion passes Ray's threshold while loading
-    (215.0, 0.0, 113.0, True, False),
-    (220.0, 3.0, 118.5, False, True),
+    (205.0, None, 112.0, True, False),  # the default 3.0 GiB of post-processing fits
+    (205.0, 8.0, 117.0, False, True),  # a heavier conversion passes Ray's threshold while loading
+    (213.0, 0.0, 113.0, True, False),
+    (220.0, 3.0, 119.5, False, True),
 ]
 
 
@@ -295,6 +298,28 @@ def test_monitor_off_lever_names_the_utilization_that_fits_under_earlyoom():
     assert f"with --gpu-memory-utilization {off['recommended_gpu_memory_utilization']:.2f}" in lever["detail"]
     assert off["recommended_gpu_memory_utilization"] < 0.90
     assert plan_memory(seed(ray_memory_monitor=False))["fits"] is False
+
+
+def test_the_threshold_lever_stops_at_0_99_and_names_the_utilization_that_fits_there():
+    """The seed at 0.90 needs (117.73 + 1.0) / 119.70 = 0.992 of MemTotal: past what the plan
+    offers, so the lever offers 0.99 with the utilization that fits under it."""
+    lever = next(x for x in plan_memory(seed())["levers"] if x["lever"] == "ray_memory_threshold")
+    at_099 = plan_memory(seed(ray_memory_threshold=0.99, gpu_memory_utilization=None))
+    assert lever["value"] == 0.99
+    assert lever["closes_gap"] is True
+    assert at_099["recommended_gpu_memory_utilization"] < 0.90
+    assert lever["detail"].endswith(
+        f"with --gpu-memory-utilization {at_099['recommended_gpu_memory_utilization']:.2f}"
+    )
+
+
+def test_no_threshold_lever_once_the_threshold_is_at_the_most_offered():
+    # 0.95 peaks at 123.7 GiB, over 0.99 x 119.70 = 118.50.
+    result = plan_memory(seed(ray_memory_threshold=0.99, gpu_memory_utilization=0.95))
+    assert result["fits"] is False
+    levers = result["levers"]
+    assert "ray_memory_threshold" not in [x["lever"] for x in levers]
+    assert "gpu_memory_utilization" in [x["lever"] for x in levers]
 
 
 def test_a_lever_that_closes_nothing_names_no_utilization():
