@@ -6,8 +6,8 @@ Two independent parts, both pure (no Ansible, no subprocess), so tests feed them
 fixture trees and captured texts:
 
 - ``roce_devices``: the RDMA devices behind a network interface, read from sysfs
-  (``/sys/class/infiniband/<dev>/...``), with their GID tables, and the NCCL
-  settings that follow (``NCCL_IB_HCA``, ``NCCL_IB_GID_INDEX``).
+  (``/sys/class/infiniband/<dev>/...``), with their GID tables, ``NCCL_IB_HCA``,
+  and the GID NCCL takes on each (``_nccl_gid``; no NCCL_IB_GID_INDEX unless pinned).
 - ``firewall_blocks``: which of the cluster's ports a new TCP connection (and an
   ICMP echo) from the RoCE subnet cannot reach, read from ``nft -j list ruleset``
   or ``iptables-save`` and ``ufw status verbose``.
@@ -20,6 +20,12 @@ import json
 import os
 import re
 import shlex
+
+from ansible_collections.sparkops.vllm.plugins.module_utils._nccl_gid import (
+    gid_summary,
+    nccl_gids,
+    pinned_gid_problems,
+)
 
 # ---------------------------------------------------------------------------
 # RDMA devices
@@ -104,18 +110,39 @@ def read_device(sysfs_root, name):
                 "state": _read(os.path.join(pbase, "state")),
                 "link_layer": _read(os.path.join(pbase, "link_layer")),
                 "gids": gids,
+                # The kernel lists every slot of the table, empty ones too: NCCL walks them all.
+                "gid_table_len": len(_numeric(_listdir(os.path.join(pbase, "gids")))),
             }
         )
     return {"name": name, "netdevs": sorted(netdevs), "ports": ports}
 
 
-def roce_devices(sysfs_root, interface, address=None):
+def roce_devices(sysfs_root, interface, address=None, *, hca=None, gid_index=None):
+    """``_devices_of`` with what NCCL makes of them: its GID per device and a pinned index checked.
+
+    ``hca`` is the NCCL_IB_HCA in force when the inventory overrides the detected list;
+    ``gid_index`` an operator's pinned NCCL_IB_GID_INDEX (None: unset, NCCL picks per device).
+    """
+    found = _devices_of(sysfs_root, interface, address)
+    if hca:
+        found["nccl_gids"] = nccl_gids(found["devices"], hca)
+    found["nccl_gid_summary"] = gid_summary(found["nccl_gids"])
+    found["pinned_gid_problems"] = pinned_gid_problems(
+        found["devices"], hca or found["nccl_ib_hca"], gid_index, found["address_gid_indices"]
+    )
+    return found
+
+
+def _devices_of(sysfs_root, interface, address=None):
     """The RDMA devices behind ``interface`` and the NCCL settings for them.
 
     Returns a dict with ``devices`` (those of the interface, twins included,
     each marked ``twin``), ``all_devices`` (names of every RDMA device on the
-    node with their netdevs), ``nccl_ib_hca``, ``nccl_ib_gid_index`` and
-    ``warnings``.
+    node with their netdevs), ``nccl_ib_hca``, ``nccl_gids`` (the GID NCCL takes
+    on each device with NCCL_IB_GID_INDEX unset, see _nccl_gid),
+    ``address_gid_indices`` (device -> index of the RoCE v2 GID holding
+    ``address``) and ``warnings``. No NCCL_IB_GID_INDEX is derived: one index
+    for every device is wrong on a Spark's unaddressed twin.
     """
     names = _listdir(os.path.join(sysfs_root, "class", "infiniband"))
     every = [read_device(sysfs_root, name) for name in names]
@@ -133,7 +160,8 @@ def roce_devices(sysfs_root, interface, address=None):
         "devices": chosen,
         "all_devices": [{"name": d["name"], "netdevs": d["netdevs"]} for d in every],
         "nccl_ib_hca": ",".join(d["name"] for d in chosen),
-        "nccl_ib_gid_index": None,
+        "nccl_gids": nccl_gids(chosen),
+        "address_gid_indices": {},
         "warnings": warnings,
     }
     if not every:
@@ -162,9 +190,8 @@ def roce_devices(sysfs_root, interface, address=None):
                 for gid in port["gids"]:
                     if gid["type"] == ROCE_V2 and gid["ip"] == want:
                         per_device.setdefault(device["name"], gid["index"])
-        primary = next((per_device[d["name"]] for d in chosen if d["name"] in per_device), None)
-        result["nccl_ib_gid_index"] = primary
-        if primary is None:
+        result["address_gid_indices"] = per_device
+        if not per_device:
             v1 = any(
                 gid["ip"] == want and gid["type"] != ROCE_V2
                 for device in chosen
@@ -174,18 +201,9 @@ def roce_devices(sysfs_root, interface, address=None):
             warnings.append(
                 f"No RoCE v2 GID of {', '.join(d['name'] for d in chosen)} holds {want}"
                 + (" (only a RoCE v1 entry does; NCCL needs RoCE v2)" if v1 else "")
-                + f", so NCCL_IB_GID_INDEX stays unset. Fix: give {interface} its address {want} "
-                f"(the roce_network stage does), or set roce_network_nccl_ib_gid_index."
+                + f", so NCCL finds no IPv4 RoCE v2 GID for it. Fix: give {interface} its address {want} "
+                f"(the roce_network stage does in configure mode) and check it with `ip -br addr show {interface}`."
             )
-        else:
-            lacking = [d["name"] for d in chosen if per_device.get(d["name"]) not in (None, primary)]
-            if lacking:
-                warnings.append(
-                    f"The RoCE v2 GID of {want} is at index {primary} on {chosen[0]['name']} but elsewhere "
-                    f"on {', '.join(lacking)}; NCCL_IB_GID_INDEX is one index for every HCA. Fix: set "
-                    "roce_network_nccl_ib_gid_index, or list only matching devices in "
-                    "roce_network_nccl_ib_hca."
-                )
     return result
 
 

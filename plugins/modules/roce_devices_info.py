@@ -15,8 +15,12 @@ description:
     C(enp1s0f1np1) and C(roceP2p1s0f1) with C(enP2p1s0f1np1)). Names that differ only in the PCI domain
     marker C(P<n>) are twins, and both are returned; NCCL reaches only about 3 GB/s over a Spark's link
     unless both are in C(NCCL_IB_HCA).
-  - C(nccl_ib_gid_index) is the index of the RoCE v2 GID that embeds O(address) (C(::ffff:a.b.c.d) for
-    IPv4, the address itself for IPv6).
+  - No C(NCCL_IB_GID_INDEX) is derived. With it unset NCCL picks the GID per device (C(ncclIbGetGidIndex) in
+    NCCL's C(src/transport/net_ib.cc), v2.21.5 to v2.28.9: an IPv4-mapped RoCE v2 GID where the device has
+    one); one index for every device is wrong on a Spark's twin, which netplan leaves without an IPv4
+    address. C(nccl_gids) says what NCCL will pick on each device.
+  - With O(gid_index) (an operator's pinned C(NCCL_IB_GID_INDEX)), C(pinned_gid_problems) names every listed
+    device and port that has no RoCE v2 GID at that index; the caller fails on it.
   - A host without any RDMA device (such as the local lab) returns an empty C(nccl_ib_hca) and a warning,
     not a failure; NCCL then uses TCP sockets on the interface.
 author:
@@ -29,9 +33,18 @@ options:
     required: true
   address:
     description:
-      - The host's address on the link (C(ib_address)). Needed to pick C(nccl_ib_gid_index); without it the
-        index is V(null).
+      - The host's address on the link (C(ib_address)). Gives C(address_gid_indices), and a warning when no
+        RoCE v2 GID holds it.
     type: str
+  hca:
+    description:
+      - The C(NCCL_IB_HCA) in force when the inventory overrides the detected one (comma list); the devices
+        O(gid_index) is checked on. Default the detected devices.
+    type: str
+  gid_index:
+    description:
+      - An operator's pinned C(NCCL_IB_GID_INDEX), checked on every device of O(hca).
+    type: int
   sysfs_root:
     description:
       - Where sysfs is mounted. Tests point it at a fixture tree.
@@ -55,7 +68,6 @@ EXAMPLES = r"""
   ansible.builtin.set_fact:
     nccl_env:
       NCCL_IB_HCA: "{{ roce.nccl_ib_hca }}"
-      NCCL_IB_GID_INDEX: "{{ roce.nccl_ib_gid_index }}"
       NCCL_SOCKET_IFNAME: "{{ roce.nccl_socket_ifname }}"
   when: roce.nccl_ib_hca | length > 0
 """
@@ -68,11 +80,31 @@ nccl_ib_hca:
   returned: always
   type: str
   sample: rocep1s0f1,roceP2p1s0f1
-nccl_ib_gid_index:
-  description: Index of the RoCE v2 GID holding O(address), for C(NCCL_IB_GID_INDEX); V(null) when none does.
+nccl_gids:
+  description:
+    - Per device and port, the GID NCCL takes with C(NCCL_IB_GID_INDEX) unset; C(ipv4_roce_v2) says whether it is an
+      IPv4-mapped RoCE v2 GID.
   returned: always
-  type: int
-  sample: 3
+  type: list
+  elements: dict
+  sample:
+    - {device: rocep1s0f1, port: 1, index: 3, gid: "::ffff:192.168.200.12", type: RoCE v2, ipv4_roce_v2: true}
+    - {device: roceP2p1s0f1, port: 1, index: 0, gid: "fe80::ba3f:d2ff:fe12:3457", type: IB/RoCE v1,
+       ipv4_roce_v2: false}
+nccl_gid_summary:
+  description: One line for the report, from C(nccl_gids).
+  returned: always
+  type: str
+address_gid_indices:
+  description: Per device, the index of the RoCE v2 GID holding O(address); devices without one are absent.
+  returned: always
+  type: dict
+  sample: {rocep1s0f1: 3}
+pinned_gid_problems:
+  description: With O(gid_index), one line per listed device and port without a RoCE v2 GID at it; empty otherwise.
+  returned: always
+  type: list
+  elements: str
 nccl_socket_ifname:
   description: The interface, for C(NCCL_SOCKET_IFNAME).
   returned: always
@@ -132,12 +164,20 @@ def main():
             "interface": {"type": "str", "required": True},
             "address": {"type": "str"},
             "sysfs_root": {"type": "path", "default": "/sys"},
+            "hca": {"type": "str"},
+            "gid_index": {"type": "int"},
         },
         supports_check_mode=True,
     )
     interface = module.params["interface"]
     try:
-        found = roce_devices(module.params["sysfs_root"], interface, module.params["address"])
+        found = roce_devices(
+            module.params["sysfs_root"],
+            interface,
+            module.params["address"],
+            hca=module.params["hca"],
+            gid_index=module.params["gid_index"],
+        )
     except ValueError as exc:
         module.fail_json(
             msg=f"address {module.params['address']!r} is not an IP address ({exc}); pass ib_address."

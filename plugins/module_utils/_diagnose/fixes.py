@@ -58,9 +58,10 @@ _FIXES = {
         "`roce_network_firewall_open: true` so NCCL's ports are open between the nodes."
     ),
     "nccl_ib_error": (
-        "Fix the RoCE path NCCL uses: set `roce_network_nccl_ib_gid_index` (the RoCE v2 GID, often 3) and "
-        "`roce_network_nccl_ib_hca` (the HCA roce_network detected) for NCCL_IB_GID_INDEX / NCCL_IB_HCA, "
-        "and check `ib_interface` and the link MTU with the roce_network stage."
+        "Fix the RoCE path NCCL uses: leave `roce_network_nccl_ib_gid_index` null so NCCL picks the GID per "
+        "device (a pinned NCCL_IB_GID_INDEX fails on a Spark's unaddressed twin), keep "
+        "`roce_network_nccl_ib_hca` to the devices roce_network detected, and check `ib_interface` and the "
+        "link MTU with the roce_network stage (its report names the GID NCCL takes on each device)."
     ),
     "gloo_interface": (
         "Point torch.distributed and Gloo at the RoCE link: set host vars `ib_interface` "
@@ -69,7 +70,7 @@ _FIXES = {
     ),
     "nccl_collective_timeout": (
         "A rank stopped answering. Look above for what killed or cut it off; with no other finding, check "
-        "the RoCE path (`roce_network_nccl_ib_hca`, `roce_network_nccl_ib_gid_index`, `ib_interface`) and "
+        "the RoCE path (`roce_network_nccl_ib_hca`, a pinned `roce_network_nccl_ib_gid_index`, `ib_interface`) and "
         "that every rank runs the same image and `sparkops_tensor_parallel_size`."
     ),
     "nvidia_driver_unavailable": (

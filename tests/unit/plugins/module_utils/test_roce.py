@@ -8,20 +8,28 @@ from ansible_collections.sparkops.vllm.plugins.module_utils import _roce
 from conftest import FIXTURES
 
 sys.path.insert(0, str(FIXTURES / "sysfs"))
-from sysfs_tree import add_device, spark_table, v4_gid
+from sysfs_tree import add_device, spark_table, twin_table, v4_gid
 
 
 def test_dgx_spark_twins_both_in_nccl_ib_hca(tmp_path):
-    # The two ports of the CX-7, each seen through both PCIe links.
+    # The two ports of the CX-7, each seen through both PCIe links. netplan addresses
+    # ib_interface only, so the cabled port's twin has its link-local GIDs and no IPv4 one.
     add_device(tmp_path, "rocep1s0f0", "enp1s0f0np0", [("fe80::1", "RoCE v2", "enp1s0f0np0")])
     add_device(tmp_path, "roceP2p1s0f0", "enP2p1s0f0np0", [("fe80::2", "RoCE v2", "enP2p1s0f0np0")])
     add_device(tmp_path, "rocep1s0f1", "enp1s0f1np1", spark_table("enp1s0f1np1", "192.168.200.12", "fe80::3"))
-    add_device(
-        tmp_path, "roceP2p1s0f1", "enP2p1s0f1np1", spark_table("enP2p1s0f1np1", "192.168.200.14", "fe80::4")
-    )
+    add_device(tmp_path, "roceP2p1s0f1", "enP2p1s0f1np1", twin_table("enP2p1s0f1np1", "fe80::4"))
     found = _roce.roce_devices(str(tmp_path), "enp1s0f1np1", "192.168.200.12")
     assert found["nccl_ib_hca"] == "rocep1s0f1,roceP2p1s0f1"
-    assert found["nccl_ib_gid_index"] == 3
+    assert "nccl_ib_gid_index" not in found
+    assert found["address_gid_indices"] == {"rocep1s0f1": 3}
+    # What NCCL takes with NCCL_IB_GID_INDEX unset: the IPv4 RoCE v2 GID on the primary,
+    # index 0 (link-local, RoCE v1) on the twin.
+    assert [(g["device"], g["index"], g["type"], g["ipv4_roce_v2"]) for g in found["nccl_gids"]] == [
+        ("rocep1s0f1", 3, "RoCE v2", True),
+        ("roceP2p1s0f1", 0, "IB/RoCE v1", False),
+    ]
+    assert found["pinned_gid_problems"] == []
+    assert found["warnings"] == []
     assert [d["twin"] for d in found["devices"]] == [False, True]
     assert {d["name"] for d in found["all_devices"]} == {
         "rocep1s0f0",
@@ -49,7 +57,8 @@ def test_twins_sharing_one_netdev_found_through_ndevs_only(tmp_path):
         )
     found = _roce.roce_devices(str(tmp_path), "enp1s0f1np1", "10.0.0.5")
     assert found["nccl_ib_hca"] == "rocep1s0f1,roceP2p1s0f1"
-    assert found["nccl_ib_gid_index"] == 3
+    assert [g["index"] for g in found["nccl_gids"]] == [3, 3]
+    assert found["address_gid_indices"] == {"rocep1s0f1": 3, "roceP2p1s0f1": 3}
     assert found["warnings"] == []
 
 
@@ -57,14 +66,16 @@ def test_single_device(tmp_path):
     add_device(tmp_path, "mlx5_0", "ens1f0np0", spark_table("ens1f0np0", "192.168.7.2", "fe80::7"))
     found = _roce.roce_devices(str(tmp_path), "ens1f0np0", "192.168.7.2")
     assert found["nccl_ib_hca"] == "mlx5_0"
-    assert found["nccl_ib_gid_index"] == 3
+    assert found["address_gid_indices"] == {"mlx5_0": 3}
+    assert found["nccl_gid_summary"] == "NCCL picks per device: mlx5_0:1 GID 3 RoCE v2 192.168.7.2"
     assert found["warnings"] == []
 
 
 def test_no_roce_device_is_a_warning_not_a_failure(tmp_path):
     found = _roce.roce_devices(str(tmp_path), "enp1s0f1np1", "192.168.200.12")
     assert found["nccl_ib_hca"] == ""
-    assert found["nccl_ib_gid_index"] is None
+    assert found["nccl_gids"] == []
+    assert found["nccl_gid_summary"] == "no RDMA device: NCCL uses TCP sockets"
     assert found["devices"] == []
     assert "no RoCE device" in found["warnings"][0] and "lab" in found["warnings"][0]
 
@@ -90,10 +101,12 @@ def test_ipv6_only_gids(tmp_path):
     )
     ipv4 = _roce.roce_devices(str(tmp_path), "enp1s0f1np1", "192.168.200.12")
     assert ipv4["nccl_ib_hca"] == "rocep1s0f1"
-    assert ipv4["nccl_ib_gid_index"] is None
+    assert ipv4["address_gid_indices"] == {}
+    # No IPv4 GID at all: NCCL (AF_INET by default) keeps index 0.
+    assert [g["index"] for g in ipv4["nccl_gids"]] == [0]
     assert "No RoCE v2 GID" in ipv4["warnings"][0]
     ipv6 = _roce.roce_devices(str(tmp_path), "enp1s0f1np1", "fd00::12")
-    assert ipv6["nccl_ib_gid_index"] == 3
+    assert ipv6["address_gid_indices"] == {"rocep1s0f1": 3}
 
 
 def test_roce_v1_entry_is_not_taken(tmp_path):
@@ -105,13 +118,17 @@ def test_roce_v1_entry_is_not_taken(tmp_path):
         [("fe80::3", "RoCE v2", "enp1s0f1np1"), (v4_gid("192.168.200.12"), "IB/RoCE v1", "enp1s0f1np1")],
     )
     found = _roce.roce_devices(str(tmp_path), "enp1s0f1np1", "192.168.200.12")
-    assert found["nccl_ib_gid_index"] is None
+    assert found["address_gid_indices"] == {}
+    # NCCL takes the IPv4 entry even as RoCE v1 (another family beats index 0's), and the
+    # warning says NCCL needs v2.
+    assert [(g["index"], g["ipv4_roce_v2"]) for g in found["nccl_gids"]] == [(1, False)]
     assert "only a RoCE v1 entry" in found["warnings"][0]
 
 
 def test_v2_index_picked_among_v1_and_v2(tmp_path):
     add_device(tmp_path, "rocep1s0f1", "enp1s0f1np1", spark_table("enp1s0f1np1", "192.168.200.12", "fe80::3"))
-    assert _roce.roce_devices(str(tmp_path), "enp1s0f1np1", "192.168.200.12")["nccl_ib_gid_index"] == 3
+    found = _roce.roce_devices(str(tmp_path), "enp1s0f1np1", "192.168.200.12")
+    assert [g["index"] for g in found["nccl_gids"]] == [3]
 
 
 @pytest.mark.parametrize(
