@@ -30,6 +30,9 @@ LOG_ROOT = "/var/log/sparkops"
 UNIT_DIR = "/etc/systemd/system"
 # Where the serve container sees the launch script (the unit mounts it read-only).
 LAUNCH_SCRIPT_MOUNT = "/opt/sparkops/launch.sh"
+# VLLM_CONFIG_ROOT inside the serve container (vllm/envs.py): vLLM reads
+# ray_non_carry_over_env_vars.json there (vllm/ray/ray_env.py) and writes its usage stats.
+VLLM_CONFIG_MOUNT = "/opt/sparkops/vllm-config"
 MODEL_SYNC_CONFIG_DIR = f"{CONFIG_ROOT}/model-sync"
 # iptables chain names hold at most 28 characters (xtables XT_EXTENSION_MAXNAMELEN 29
 # with its NUL); "SPARKOPS-RAY-" leaves 15 for the cluster's name.
@@ -129,6 +132,11 @@ def layout(
         "launch_script_mount": LAUNCH_SCRIPT_MOUNT,
         "ray_env_file": f"{config_dir}/ray.env",
         "serve_secrets_file": f"{config_dir}/serve-secrets.env",
+        # Serve's VLLM_CONFIG_ROOT on the head, and the names vLLM must not copy from the
+        # driver to its Ray workers (docs/ray-binding.md, "Per-node variables").
+        "vllm_config_dir": f"{config_dir}/vllm-config",
+        "vllm_config_mount": VLLM_CONFIG_MOUNT,
+        "ray_non_carry_over_file": f"{config_dir}/vllm-config/ray_non_carry_over_env_vars.json",
         # The Hugging Face token for model_sync's download (0600, removed after it):
         # huggingface_hub reads the file named by HF_TOKEN_PATH.
         "hf_token_file": f"{config_dir}/hf-token",

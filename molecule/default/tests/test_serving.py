@@ -98,3 +98,40 @@ def test_endpoint_answers_a_completion(host, hostvars):
     assert answer["choices"][0]["message"]["content"].strip()
     unauthorized = host.run("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/v1/models")
     assert unauthorized.stdout.strip() == "401"
+
+
+def test_serve_joins_ray_at_the_heads_gcs_on_the_ib_address(host, hostvars):
+    # vLLM's ray.init(address=None) takes RAY_ADDRESS first (docs/ray-binding.md): it must
+    # name the GCS the head's Ray unit started on (its --port), on the head's ib address.
+    if not _is_head(hostvars):
+        pytest.skip("serve runs on the head")
+    env = json.loads(host.check_output(f"docker inspect sparkops-{CLUSTER}-vllm"))[0]["Config"]["Env"]
+    address = [e.split("=", 1)[1] for e in env if e.startswith("RAY_ADDRESS=")]
+    unit = host.check_output(f"systemctl cat {_unit(hostvars)}")
+    gcs_port = unit.split("--port=", 1)[1].split()[0]
+    assert address == [f"{hostvars['ib_address']}:{gcs_port}"]
+    assert host.run(f"timeout 3 bash -c 'exec 3<>/dev/tcp/{hostvars['ib_address']}/{gcs_port}'").rc == 0
+
+
+def test_vllm_keeps_each_nodes_network_variables_on_its_workers(host, hostvars):
+    # vLLM 0.17.1 copies the driver's VLLM_/NCCL_/HF_ variables to its Ray workers unless
+    # ray_non_carry_over_env_vars.json in VLLM_CONFIG_ROOT names them (docs/ray-binding.md):
+    # the file the serve stage wrote, as the (simulated) vLLM read it at its last start.
+    if not _is_head(hostvars):
+        pytest.skip("serve runs on the head")
+    names = json.loads(
+        host.file(f"/etc/sparkops/{CLUSTER}/vllm-config/ray_non_carry_over_env_vars.json").content_string
+    )
+    assert {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "VLLM_HOST_IP", "VLLM_API_KEY", "HF_TOKEN"} <= set(
+        names
+    )
+    journal = host.check_output(f"journalctl -u sparkops-{CLUSTER}-vllm --no-pager -o cat")
+    copied = [
+        line
+        for line in journal.splitlines()
+        if "Copying the following environment variables to workers" in line
+    ]
+    excluded = [line for line in journal.splitlines() if "RAY_NON_CARRY_OVER_ENV_VARS from config" in line]
+    assert copied and excluded
+    assert "NCCL_SOCKET_IFNAME" in excluded[-1] and "NCCL_SOCKET_IFNAME" not in copied[-1]
+    assert "VLLM_API_KEY" not in copied[-1] and "HF_TOKEN" not in copied[-1]

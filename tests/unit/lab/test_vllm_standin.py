@@ -569,3 +569,91 @@ def test_seed_calibration_reproduces_the_logged_kv_cache(tmp_path):
     assert round(rank["weights"] / GIB, 2) == 55.41
     assert round(rank["kv"] / GIB, 2) == 47.32
     assert abs(rank["kv"] / GIB - 49.12) / 49.12 < 0.10
+
+
+# --- vLLM's copy of the driver's environment to its Ray workers (ray_env.py) -------------
+
+HEAD_ENV = {
+    "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+    "NCCL_IB_HCA": "rocep1s0f1,roceP2p1s0f1",
+    "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
+    "VLLM_HOST_IP": "192.168.200.11",
+    "VLLM_API_KEY": "secret",
+    "VLLM_CONFIG_ROOT": "/opt/sparkops/vllm-config",
+    "HF_TOKEN": "hf-secret",
+    "UCX_TLS": "rc",
+    "PATH": "/usr/bin",
+}
+
+
+@pytest.mark.parametrize(
+    ("version", "excluded", "copied"),
+    [
+        # 0.17.1: every VLLM_/NCCL_/UCX_/HF_ variable but the worker-specific ones.
+        (
+            "0.17.1",
+            set(),
+            ["HF_TOKEN", "NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "UCX_TLS", "VLLM_API_KEY", "VLLM_CONFIG_ROOT"],
+        ),
+        # The names the serve stage lists in ray_non_carry_over_env_vars.json stay each node's.
+        (
+            "0.17.1",
+            {
+                "NCCL_SOCKET_IFNAME",
+                "NCCL_IB_HCA",
+                "GLOO_SOCKET_IFNAME",
+                "VLLM_HOST_IP",
+                "VLLM_API_KEY",
+                "HF_TOKEN",
+                "VLLM_CONFIG_ROOT",
+            },
+            ["UCX_TLS"],
+        ),
+        # 0.16.0 copied vLLM's own variables only: NCCL_* stayed each node's.
+        ("0.16.0", set(), ["VLLM_API_KEY", "VLLM_CONFIG_ROOT"]),
+        # The V2 executor (0.22.1+): everything but the worker-specific names and the file's.
+        (
+            "0.34.0",
+            {"HF_TOKEN", "VLLM_API_KEY"},
+            [
+                "GLOO_SOCKET_IFNAME",
+                "NCCL_IB_HCA",
+                "NCCL_SOCKET_IFNAME",
+                "PATH",
+                "UCX_TLS",
+                "VLLM_CONFIG_ROOT",
+            ],
+        ),
+    ],
+)
+def test_the_driver_env_copied_to_workers_follows_vllm(version, excluded, copied):
+    standin = load_standin()
+    assert list(standin.env_vars_to_copy(HEAD_ENV, version, excluded)) == copied
+
+
+def test_the_non_carry_over_file_is_read_from_vllm_config_root(tmp_path):
+    standin = load_standin()
+    (tmp_path / "ray_non_carry_over_env_vars.json").write_text('["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"]\n')
+    names, path, problem = standin.non_carry_over({"VLLM_CONFIG_ROOT": str(tmp_path)})
+    assert names == {"NCCL_SOCKET_IFNAME", "NCCL_IB_HCA"}
+    assert path == str(tmp_path / "ray_non_carry_over_env_vars.json") and problem is None
+    # XDG_CONFIG_HOME/vllm without VLLM_CONFIG_ROOT, as vllm/envs.py; no file: nothing excluded.
+    assert standin.vllm_config_root({"XDG_CONFIG_HOME": "/x"}) == "/x/vllm"
+    assert standin.non_carry_over({"VLLM_CONFIG_ROOT": str(tmp_path / "none")})[0] == set()
+    (tmp_path / "ray_non_carry_over_env_vars.json").write_text("not json")
+    names, _, problem = standin.non_carry_over({"VLLM_CONFIG_ROOT": str(tmp_path)})
+    assert names == set() and problem.startswith("Failed to parse")
+
+
+def test_a_worker_overwrites_its_own_value_with_vllms_warning(monkeypatch):
+    standin = load_standin()
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "enp1s0f0np0")
+    warnings = standin.overwrite_environment({"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "UCX_TLS": "rc"})
+    assert warnings == [
+        "Overwriting environment variable NCCL_SOCKET_IFNAME from 'enp1s0f0np0' to 'enp1s0f1np1'"
+    ]
+    assert os.environ["NCCL_SOCKET_IFNAME"] == "enp1s0f1np1"
+    # The V2 executor's setdefault: the worker's own value stays, and nothing is logged.
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "enp1s0f0np0")
+    assert standin.overwrite_environment({"NCCL_SOCKET_IFNAME": "enp1s0f1np1"}, overwrite=False) == []
+    assert os.environ["NCCL_SOCKET_IFNAME"] == "enp1s0f0np0"
