@@ -72,9 +72,13 @@ DEFAULT_CUDA_CONTEXT_GIB = 0.5
 # they are outside the --gpu-memory-utilization claim, like the CUDA context, and lower the
 # free memory the startup check sees. Cross-node, custom all-reduce is off (0.12/0.17:
 # parallel.py "nnodes > 1: disable_custom_all_reduce"; 0.34: MNNVL only), so no IPC buffers.
-# No vLLM or NCCL figure for the total exists; vllm-project/vllm PR #45517 reports 1-2 GiB
-# on rank 0 (TP=2, PP=2). Estimate for ranks on several nodes (a guess, on the low side of
-# that report; the default applies on unified memory, see terms()): measure and override.
+# vLLM logs no figure for it; vllm-project/vllm PR #45517 reports 1-2 GiB on rank 0 (TP=2,
+# PP=2). Measured on the lent H200 (tests/fixtures/nccl_real/nccl_memory.sh, NCCL 2.28.9,
+# two NCCL hosts over NET/Socket, 2 channels): the two communicators added 0.38 GiB of GPU
+# memory and 0.50 GiB of VmRSS per rank, 0.87 GiB together, which on a GB10 is one pool.
+# NET/IB over a Spark's two HCAs may open more channels: 1.0 GiB keeps a small margin, an
+# estimate for ranks on several nodes (the default applies on unified memory, see
+# terms()) until measured on a Spark: override with nccl_reserve_gib.
 DEFAULT_NCCL_GIB = 1.0
 # The highest RAY_memory_usage_threshold a lever offers (docs/memory-plan.md, "Levers").
 MAX_RAY_MEMORY_THRESHOLD = 0.99

@@ -9,6 +9,7 @@ import os
 import pytest
 from ansible_collections.sparkops.vllm.plugins.module_utils._memory_plan import (
     DEFAULT_ACTIVATION_GIB,
+    DEFAULT_NCCL_GIB,
     GIB,
     MemoryPlanError,
     MemoryPlanInput,
@@ -548,3 +549,22 @@ def test_default_activation_is_documented_value():
     # docs/memory-plan.md derives the seed's split from this constant.
     plan = plan_memory(seed_input())
     assert plan["breakdown"]["activation_gib"] == DEFAULT_ACTIVATION_GIB
+
+
+def test_the_nccl_default_covers_the_communicators_measured_on_a_real_gpu():
+    """tests/fixtures/nccl_real/h200x1_nccl_memory.rank*.json (nccl_memory.sh): two NCCL
+    "hosts" over NET/Socket, NCCL 2.28.9. What the two communicators vLLM builds before its
+    snapshot added to each rank's GPU memory (NVML, per process, less torch's own) stays
+    under the plan's default, and so does the GPU and host (VmRSS) growth together."""
+    for rank in (0, 1):
+        steps = json.loads((FIXTURES / "nccl_real" / f"h200x1_nccl_memory.rank{rank}.json").read_text())[
+            "steps"
+        ]
+        by = {s["step"]: s for s in steps}
+        context, two = by["cuda context"], by["process group 2, first all_reduce"]
+        gpu_mib = (two["gpu_process_mib"] - context["gpu_process_mib"]) - (
+            two["torch_reserved_mib"] - context["torch_reserved_mib"]
+        )
+        rss_mib = two["vmrss_mib"] - context["vmrss_mib"]
+        assert 0 < gpu_mib / 1024 < DEFAULT_NCCL_GIB
+        assert (gpu_mib + rss_mib) / 1024 < DEFAULT_NCCL_GIB
