@@ -124,8 +124,7 @@ def roce_devices(sysfs_root, interface, address=None, *, hca=None, gid_index=Non
     ``gid_index`` an operator's pinned NCCL_IB_GID_INDEX (None: unset, NCCL picks per device).
     """
     found = _devices_of(sysfs_root, interface, address)
-    if hca:
-        found["nccl_gids"] = nccl_gids(found["devices"], hca)
+    found["nccl_gids"] = nccl_gids(found["devices"], hca)
     found["nccl_gid_summary"] = gid_summary(found["nccl_gids"])
     found["pinned_gid_problems"] = pinned_gid_problems(
         found["devices"], hca or found["nccl_ib_hca"], gid_index, found["address_gid_indices"]
@@ -138,8 +137,7 @@ def _devices_of(sysfs_root, interface, address=None):
 
     Returns a dict with ``devices`` (those of the interface, twins included,
     each marked ``twin``), ``all_devices`` (names of every RDMA device on the
-    node with their netdevs), ``nccl_ib_hca``, ``nccl_gids`` (the GID NCCL takes
-    on each device with NCCL_IB_GID_INDEX unset, see _nccl_gid),
+    node with their netdevs), ``nccl_ib_hca``,
     ``address_gid_indices`` (device -> index of the RoCE v2 GID holding
     ``address``) and ``warnings``. No NCCL_IB_GID_INDEX is derived: one index
     for every device is wrong on a Spark's unaddressed twin.
@@ -160,7 +158,6 @@ def _devices_of(sysfs_root, interface, address=None):
         "devices": chosen,
         "all_devices": [{"name": d["name"], "netdevs": d["netdevs"]} for d in every],
         "nccl_ib_hca": ",".join(d["name"] for d in chosen),
-        "nccl_gids": nccl_gids(chosen),
         "address_gid_indices": {},
         "warnings": warnings,
     }
