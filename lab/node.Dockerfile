@@ -24,9 +24,12 @@ COPY node/sparkops-lab-hostkeys.service /etc/systemd/system/sparkops-lab-hostkey
 COPY node/daemon.json /etc/docker/daemon.json
 COPY node/sparkops-lab-ifnames /usr/local/sbin/sparkops-lab-ifnames
 COPY node/sparkops-lab-ifnames.service /etc/systemd/system/sparkops-lab-ifnames.service
+# The simulated ConnectX-7 (lab/node/sparkops-lab-rdma says what it simulates and from where).
+COPY node/sparkops-lab-rdma /usr/local/sbin/sparkops-lab-rdma
+COPY node/sparkops-lab-rdma.service /etc/systemd/system/sparkops-lab-rdma.service
 COPY nvidia-smi /usr/bin/nvidia-smi
-RUN chmod 0755 /usr/bin/nvidia-smi \
- && systemctl enable sparkops-lab-hostkeys.service sparkops-lab-ifnames.service
+RUN chmod 0755 /usr/bin/nvidia-smi /usr/local/sbin/sparkops-lab-rdma \
+ && systemctl enable sparkops-lab-hostkeys.service sparkops-lab-ifnames.service sparkops-lab-rdma.service
 
 STOPSIGNAL SIGRTMIN+3
 CMD ["/lib/systemd/systemd"]

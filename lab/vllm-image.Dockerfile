@@ -15,11 +15,15 @@ RUN apt-get update \
 COPY vllm/requirements-ray.txt /tmp/requirements-ray.txt
 COPY wheels/ /tmp/wheels/
 COPY vllm/vllm /usr/local/bin/vllm
+# The product's RDMA readers (plugins/module_utils), importable by the stand-in and its Ray
+# workers: its simulated NCCL takes the GID with the project's port of NCCL's rule.
+COPY vllm/_roce.py vllm/_nccl_gid.py /tmp/sparkops/
 # --no-index: nothing comes from the network; a wheel missing from the set fails here.
 # pip itself is not needed at run time. The last line checks both entrypoints answer.
 RUN python3 -m venv /opt/ray \
  && /opt/ray/bin/pip install --no-index --no-cache-dir --find-links /tmp/wheels -r /tmp/requirements-ray.txt \
  && /opt/ray/bin/python -m pip uninstall -q -y pip \
+ && cp /tmp/sparkops/_roce.py /tmp/sparkops/_nccl_gid.py /opt/ray/lib/python3.11/site-packages/ \
  && chmod 0755 /usr/local/bin/vllm \
  && PATH=/opt/ray/bin:$PATH vllm --version && /opt/ray/bin/ray --version
 

@@ -61,6 +61,7 @@ __all__ = [
     "classify",
     "classify_logs",
     "parse_log",
+    "serve_transport",
 ]
 
 VERDICTS = ("rdma", "rdma_unexpected_devices", "intra_node", "socket_fallback", "unknown")
@@ -366,8 +367,12 @@ def _socket_cause(proc: ProcessLog) -> tuple[str, str]:
         ),
         (
             proc.ib_none and proc.ib_hca_env,
-            f"NCCL_IB_HCA={proc.ib_hca_env} matches no RDMA device NCCL can use ('NET/IB : No device found.')",
-            "set NCCL_IB_HCA to device names from /sys/class/infiniband (ibdev2netdev shows them), or unset it",
+            # NCCL prints "NCCL_IB_HCA set to" before it looks for devices (net_ib.cc:702 in
+            # v2.28.9-1), so the log cannot tell a wrong list from a container without devices.
+            f"NCCL_IB_HCA={proc.ib_hca_env} matches no RDMA device NCCL can use ('NET/IB : No device found.'): "
+            "the names match no active port, or the container sees no /dev/infiniband uverbs nodes",
+            "check that NCCL_IB_HCA names the cabled port's devices (ibdev2netdev, /sys/class/infiniband) and "
+            "that the containers get --device=/dev/infiniband (ray_cluster_rdma_devices)",
         ),
         (
             proc.ib_none,
@@ -557,3 +562,41 @@ def classify_logs(
     for name, text in items:
         processes.extend(parse_log(text.splitlines(), source=name))
     return classify(processes, expected_devices, expected_ranks)
+
+
+def serve_transport(
+    text: str, expected_devices: Iterable[str] | None, expected_ranks: int, rdma_expected: bool
+) -> dict:
+    """The readiness verdict of a serve start from its log: :func:`classify_logs` plus the decision.
+
+    ``rdma_expected``: every node has RDMA devices in its NCCL_IB_HCA and the ranks span
+    nodes, so anything but ``rdma`` fails readiness. Otherwise (one node, or a cluster the
+    roce_network stage found no RDMA device on) the verdict is reported, not enforced.
+    Adds ``ok``, ``summary`` (one line for the deploy's summary) and ``problems`` (one line
+    per finding, with its cause and fix).
+    """
+    result = classify_logs([text], expected_devices, expected_ranks)
+    ranks = result["ranks"]
+    per_rank = "; ".join(
+        f"rank {r['rank']} {r['host']}: "
+        + (
+            f"NET/IB on {','.join(r['ib_devices_used'])}"
+            if r["verdict"] in ("rdma", "rdma_unexpected_devices")
+            else ("NET/Socket" if r["verdict"] == "socket_fallback" else r["verdict"].replace("_", " "))
+        )
+        for r in ranks
+    )
+    result["ok"] = result["verdict"] == "rdma" or not rdma_expected
+    result["enforced"] = rdma_expected
+    result["summary"] = f"NCCL transport: {result['verdict']} ({per_rank or 'no NCCL lines in the log'})" + (
+        "" if rdma_expected else "; not enforced: the ranks do not span nodes with RDMA devices"
+    )
+    result["problems"] = [
+        f"[{f['severity']}] {f['message']}: {f['cause']}. Fix: {f['fix']}" for f in result["findings"]
+    ]
+    if not ranks and rdma_expected:
+        result["problems"].append(
+            "[error] no NCCL line in serve's log: NCCL did not log its init (NCCL_DEBUG is not INFO, or "
+            "NCCL_DEBUG_SUBSYS lacks INIT and NET). Fix: keep ray_cluster_nccl_transport_log true"
+        )
+    return result

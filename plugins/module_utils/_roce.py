@@ -21,11 +21,14 @@ import os
 import re
 import shlex
 
-from ansible_collections.sparkops.vllm.plugins.module_utils._nccl_gid import (
-    gid_summary,
-    nccl_gids,
-    pinned_gid_problems,
-)
+try:
+    from ansible_collections.sparkops.vllm.plugins.module_utils._nccl_gid import (
+        gid_summary,
+        nccl_gids,
+        pinned_gid_problems,
+    )
+except ImportError:  # a plain module beside _nccl_gid.py (the lab's vLLM image ships both)
+    from _nccl_gid import gid_summary, nccl_gids, pinned_gid_problems  # type: ignore[no-redef]
 
 # ---------------------------------------------------------------------------
 # RDMA devices
