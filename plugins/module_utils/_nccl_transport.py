@@ -565,15 +565,21 @@ def classify_logs(
 
 
 def serve_transport(
-    text: str, expected_devices: Iterable[str] | None, expected_ranks: int, rdma_expected: bool
+    text: str,
+    expected_devices: Iterable[str] | None,
+    expected_ranks: int,
+    rdma_expected: bool,
+    started: bool = True,
 ) -> dict:
     """The readiness verdict of a serve start from its log: :func:`classify_logs` plus the decision.
 
     ``rdma_expected``: every node has RDMA devices in its NCCL_IB_HCA and the ranks span
     nodes, so anything but ``rdma`` fails readiness. Otherwise (one node, or a cluster the
     roce_network stage found no RDMA device on) the verdict is reported, not enforced.
-    Adds ``ok``, ``summary`` (one line for the deploy's summary) and ``problems`` (one line
-    per finding, with its cause and fix).
+    ``started``: the run started serve, so its log must hold NCCL's lines; a serve that has
+    run since an earlier start may have had them rotated out of the journal, which is then
+    reported, not failed. Adds ``ok``, ``summary`` (one line for the deploy's summary) and
+    ``problems`` (one line per finding, with its cause and fix).
     """
     result = classify_logs([text], expected_devices, expected_ranks)
     ranks = result["ranks"]
@@ -586,15 +592,24 @@ def serve_transport(
         )
         for r in ranks
     )
-    result["ok"] = result["verdict"] == "rdma" or not rdma_expected
-    result["enforced"] = rdma_expected
-    result["summary"] = f"NCCL transport: {result['verdict']} ({per_rank or 'no NCCL lines in the log'})" + (
-        "" if rdma_expected else "; not enforced: the ranks do not span nodes with RDMA devices"
+    rotated = not ranks and not started
+    result["ok"] = result["verdict"] == "rdma" or not rdma_expected or rotated
+    result["enforced"] = rdma_expected and not rotated
+    result["summary"] = (
+        f"NCCL transport: {result['verdict']} ({per_rank or 'no NCCL lines in the log'})"
+        + ("" if rdma_expected else "; not enforced: the ranks do not span nodes with RDMA devices")
+        + (
+            "; not enforced: serve was not started by this run and its start's lines are no longer in the journal"
+            if rotated and rdma_expected
+            else ""
+        )
     )
     result["problems"] = [
         f"[{f['severity']}] {f['message']}: {f['cause']}. Fix: {f['fix']}" for f in result["findings"]
     ]
-    if not ranks and rdma_expected:
+    if rotated:
+        result["problems"] = []  # nothing to read, and the summary says why
+    if not ranks and result["enforced"]:
         result["problems"].append(
             "[error] no NCCL line in serve's log: NCCL did not log its init (NCCL_DEBUG is not INFO, or "
             "NCCL_DEBUG_SUBSYS lacks INIT and NET). Fix: keep ray_cluster_nccl_transport_log true"

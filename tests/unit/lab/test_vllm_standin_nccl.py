@@ -146,3 +146,11 @@ def test_nccl_debug_levels():
     assert not standin.nccl_logs_info({"NCCL_DEBUG": "WARN"})
     assert not standin.nccl_logs_info({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "COLL"})
     assert not standin.nccl_logs_info({"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "^INIT,NET"})
+
+
+def test_a_rerun_whose_journal_lost_the_lines_reports_instead_of_failing():
+    result = serve_transport("", HCA.split(","), 2, True, started=False)
+    assert result["ok"] and not result["enforced"] and not result["problems"]
+    assert "no longer in the journal" in result["summary"]
+    # A start of this run must have logged them.
+    assert not serve_transport("", HCA.split(","), 2, True, started=True)["ok"]
