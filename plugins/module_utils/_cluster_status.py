@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record as deployed_record
+from ansible_collections.sparkops.vllm.plugins.module_utils import _nccl_transport as nccl_transport
 
 GIB = 1024**3
 
@@ -399,6 +400,20 @@ def cluster_status(raw: Mapping[str, Any], ctx: Mapping[str, Any]) -> dict[str, 
             f"cluster: the endpoint serves {', '.join(served) or 'no model'}, not {expected_model}. Fix: rerun "
             f"deploy.yml (the vllm_serve stage restarts serve with sparkops_served_model_name)."
         )
+    transport = ctx.get("transport") or {}
+    record["transport"] = {
+        key: transport.get(key) for key in ("verdict", "summary", "enforced", "ok", "nccl_versions")
+    }
+    record["transport"]["ranks"] = [
+        {k: r.get(k) for k in ("rank", "host", "verdict", "network", "ib_devices_used", "socket_interfaces")}
+        for r in transport.get("ranks") or []
+    ]
+    if transport and not transport.get("ok"):
+        problems.extend(
+            f"cluster: {transport['summary']}. {problem.removeprefix('[error] ').removeprefix('[warning] ')} "
+            f"(docs/runbooks/nccl-errors.md)"
+            for problem in transport.get("problems") or [transport["summary"]]
+        )
     ray = ctx.get("ray_nodes") or {}
     if ray.get("nodes") is None:
         problems.append(
@@ -433,7 +448,20 @@ def context(
         for raw in raw_nodes
         if raw.get("role") == "head" and raw.get("reachable")
     ]
+    # Every rank's NCCL transport, from the head's serve log of its current start (only
+    # enforced when the ranks span nodes that were all deployed with RDMA devices).
+    hcas = [str(raw.get("nccl_ib_hca") or "") for raw in raw_nodes]
+    world = int(settings.get("world_size") or 1)
+    head_log = next((str(raw.get("serve_log") or "") for raw in raw_nodes if raw.get("role") == "head"), "")
+    transport = nccl_transport.serve_transport(
+        head_log,
+        [d for hca in hcas for d in hca.split(",") if d],
+        world,
+        len(raw_nodes) > 1 and world > int(settings.get("gpus_per_node") or 1) and all(hcas),
+        started=False,
+    )
     return {
+        "transport": transport,
         "utilization": utilization,
         "utilization_source": source,
         "memory_margin_gib": float(settings.get("memory_margin_gib") or 0),
@@ -517,6 +545,9 @@ def table(result: Mapping[str, Any]) -> list[str]:
         f"Endpoint {cluster.get('endpoint')}: /health {health if health is not None else 'no answer'}, "
         f"serving {cluster.get('served_model') or 'nothing'}"
     )
+    transport = cluster.get("transport") or {}
+    if transport.get("ranks") or transport.get("enforced"):
+        lines.append(transport["summary"])
     if result.get("healthy"):
         lines.append("Healthy: every node and the endpoint.")
     else:

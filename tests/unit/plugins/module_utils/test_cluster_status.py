@@ -195,6 +195,15 @@ def test_a_healthy_lab_is_healthy_with_every_field():
         "served_models": ["lab-tiny-moe"],
         "served_model": "lab-tiny-moe",
         "served_model_expected": "lab-tiny-moe",
+        "transport": {
+            "verdict": "unknown",
+            "summary": "NCCL transport: unknown (no NCCL lines in the log); not enforced: the ranks do not span "
+            "nodes with RDMA devices",
+            "enforced": False,
+            "ok": True,
+            "nccl_versions": [],
+            "ranks": [],
+        },
         "problems": [],
         "healthy": True,
     }
@@ -435,3 +444,67 @@ def test_the_report_filter_reads_hostvars_and_counts_a_host_without_facts_unreac
         "spark-2: unreachable over SSH (the node left the run before status read it)."
     )
     assert FILTERS["cluster_status_table"](result)[0].startswith("HOST")
+
+
+def _nccl_log(network):
+    """Two ranks' NCCL lines behind Ray's prefix, in NCCL 2.28.9's formats (_nccl_transport's sources)."""
+    lines = []
+    for rank, (host, ip) in enumerate((("spark-1", "192.168.203.12"), ("spark-2", "192.168.203.13"))):
+        head = f"(EngineCore_DP0 pid=9) (RayWorkerWrapper pid={50 + rank}, ip={ip}) {host}:{50 + rank}:{50 + rank} [0] NCCL INFO "
+        peer = 1 - rank
+        if network == "IB":
+            lines.append(
+                head
+                + "NET/IB : Using [0]rocep1s0f1:1/RoCE [1]roceP2p1s0f1:1/RoCE [RO]; OOB enp1s0f1np1:"
+                + ip
+                + "<0>"
+            )
+        else:
+            lines.append(head + "NCCL_IB_HCA set to rocep1s0f1,roceP2p1s0f1")
+            lines.append(head + "NET/IB : No device found.")
+            lines.append(head + f"NET/Socket : Using [0]enp1s0f1np1:{ip}<0>")
+        lines.append(head + f"Using network {network}")
+        lines.append(head + f"comm 0x{rank} rank {rank} nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0")
+        via = "NET/IB/0" if network == "IB" else "NET/Socket/0"
+        lines.append(head + f"Channel 00/0 : {peer}[0] -> {rank}[0] [receive] via {via}")
+        lines.append(head + f"Channel 00/0 : {rank}[0] -> {peer}[0] [send] via {via}")
+    return "\n".join(lines)
+
+
+def _spanning(network):
+    nodes, cluster, settings = _healthy()
+    for node in nodes:
+        node["nccl_ib_hca"] = "rocep1s0f1,roceP2p1s0f1"
+    nodes[0]["serve_log"] = _nccl_log(network)
+    settings = dict(settings, world_size=2, gpus_per_node=1)
+    return status.report(nodes, cluster, settings)
+
+
+def test_status_shows_every_ranks_transport():
+    result = _spanning("IB")
+    assert result["healthy"] is True
+    transport = result["cluster"]["transport"]
+    assert transport["verdict"] == "rdma" and transport["enforced"] is True
+    assert [r["ib_devices_used"] for r in transport["ranks"]] == [["rocep1s0f1"], ["rocep1s0f1"]]
+    assert (
+        "NCCL transport: rdma (rank 0 spark-1: NET/IB on rocep1s0f1; rank 1 spark-2: NET/IB on rocep1s0f1)"
+        in status.table(result)
+    )
+
+
+def test_status_calls_a_socket_fallback_an_error_with_the_fix():
+    result = _spanning("Socket")
+    assert result["healthy"] is False
+    problems = result["cluster"]["problems"]
+    assert len(problems) == 2 and all(
+        p.startswith("cluster: NCCL transport: socket_fallback") for p in problems
+    )
+    assert "sends over NET/Socket" in problems[0] and "Fix:" in problems[0]
+
+
+def test_a_single_node_cluster_is_not_held_to_rdma():
+    nodes, cluster, settings = _healthy()
+    nodes[0]["serve_log"] = _nccl_log("Socket")
+    result = status.report(nodes, cluster, dict(settings, world_size=2, gpus_per_node=2))
+    assert result["cluster"]["transport"]["enforced"] is False
+    assert not [p for p in result["cluster"]["problems"] if "NCCL" in p]
