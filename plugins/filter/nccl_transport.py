@@ -13,7 +13,11 @@ def nccl_transport(text, expected_devices=None, expected_ranks=1, rdma_expected=
         expected_devices.split(",") if isinstance(expected_devices, str) else list(expected_devices or [])
     )
     return serve_transport(
-        str(text or ""), [d for d in devices if d], int(expected_ranks), bool(rdma_expected), bool(started)
+        str(text or ""),
+        [d for d in devices if d],
+        int(expected_ranks),
+        None if rdma_expected is None else bool(rdma_expected),
+        bool(started),
     )
 
 

@@ -568,7 +568,7 @@ def serve_transport(
     text: str,
     expected_devices: Iterable[str] | None,
     expected_ranks: int,
-    rdma_expected: bool,
+    rdma_expected: bool | None,
     started: bool = True,
 ) -> dict:
     """The readiness verdict of a serve start from its log: :func:`classify_logs` plus the decision.
@@ -576,6 +576,9 @@ def serve_transport(
     ``rdma_expected``: every node has RDMA devices in its NCCL_IB_HCA and the ranks span
     nodes, so anything but ``rdma`` fails readiness. Otherwise (one node, or a cluster the
     roce_network stage found no RDMA device on) the verdict is reported, not enforced.
+    None (a run that did not detect the network, restart.yml): taken from the log, where
+    the deploy's NCCL_IB_HCA is what every rank logged (``NCCL_IB_HCA set to``) and the
+    ranks span nodes when a communicator says ``nNodes`` above 1.
     ``started``: the run started serve, so its log must hold NCCL's lines; a serve that has
     run since an earlier start may have had them rotated out of the journal, which is then
     reported, not failed. Adds ``ok``, ``summary`` (one line for the deploy's summary) and
@@ -583,6 +586,10 @@ def serve_transport(
     """
     result = classify_logs([text], expected_devices, expected_ranks)
     ranks = result["ranks"]
+    if rdma_expected is None:
+        rdma_expected = (
+            bool(ranks) and all(r["ib_hca_env"] for r in ranks) and max(r["nnodes"] or 1 for r in ranks) > 1
+        )
     per_rank = "; ".join(
         f"rank {r['rank']} {r['host']}: "
         + (

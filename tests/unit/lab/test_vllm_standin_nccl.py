@@ -154,3 +154,13 @@ def test_a_rerun_whose_journal_lost_the_lines_reports_instead_of_failing():
     assert "no longer in the journal" in result["summary"]
     # A start of this run must have logged them.
     assert not serve_transport("", HCA.split(","), 2, True, started=True)["ok"]
+
+
+def test_a_restart_that_did_not_detect_the_network_takes_the_rule_from_the_log(tmp_path, monkeypatch):
+    nets = _nets(tmp_path, monkeypatch, {"NCCL_IB_HCA": HCA}, uverbs=False)
+    text, _ = _log(nets)
+    result = serve_transport(text, [], 2, None)
+    assert result["enforced"] and not result["ok"]  # every rank logged the HCA list, on two nodes
+    nets = _nets(tmp_path, monkeypatch, {})
+    text, _ = _log(nets)
+    assert not serve_transport(text, [], 2, None)["enforced"]  # no HCA list: no RDMA was deployed
