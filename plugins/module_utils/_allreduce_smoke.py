@@ -342,7 +342,8 @@ def run_tcp_rank(rank: int, world_size: int, args: argparse.Namespace) -> dict |
             "max_rel_error": error,
             "seconds": seconds,
             "sockets": [
-                {"rank": rank, "local": conn.getsockname()[0], "peer": conn.getpeername()[0]} for conn in conns
+                {"rank": rank, "local": conn.getsockname()[0], "peer": conn.getpeername()[0]}
+                for conn in conns
             ],
         }
         if rank != 0:
@@ -421,10 +422,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"error": str(exc)}), file=sys.stderr)
         return 2
     if args.backend == "tcp":
-        if not (torchrun and args.bind_address and "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ):
+        if not (
+            torchrun and args.bind_address and "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ
+        ):
             print(
                 json.dumps(
-                    {"error": "--backend tcp needs --bind-address and RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT"}
+                    {
+                        "error": "--backend tcp needs --bind-address and RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
+                    }
                 ),
                 file=sys.stderr,
             )

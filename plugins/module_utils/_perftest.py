@@ -25,13 +25,21 @@ from typing import Any
 
 # Bytes per reported unit (perftest_parameters.c, print_report_bw's format_factor).
 _UNIT_BYTES = {"MB/sec": 0x100000, "Gb/sec": 125_000_000}
-_HEADER_RE = re.compile(r"#bytes\s+#?iterations\s+BW peak\[(?P<unit>MB/sec|Gb/sec)\]\s+BW average\[(?P=unit)\]")
+_HEADER_RE = re.compile(
+    r"#bytes\s+#?iterations\s+BW peak\[(?P<unit>MB/sec|Gb/sec)\]\s+BW average\[(?P=unit)\]"
+)
 _ROW_RE = re.compile(
     r"^\s*(?P<bytes>\d+)\s+(?P<iters>\d+)\s+(?P<peak>\d+(?:\.\d+)?)\s+(?P<avg>\d+(?:\.\d+)?)\s+(?P<rate>\d+(?:\.\d+)?)"
 )
 # Two fields can share a line ("Dual-port : OFF\t\tDevice : mlx5_0").
 _FIELD_RE = re.compile(r"(?:^|\s)(?P<key>Device|Link type|GID index|Mtu|Number of qps)\s*:\s*(?P<value>\S+)")
-_FIELDS = {"Device": "device", "Link type": "link_type", "GID index": "gid_index", "Mtu": "mtu", "Number of qps": "qps"}
+_FIELDS = {
+    "Device": "device",
+    "Link type": "link_type",
+    "GID index": "gid_index",
+    "Mtu": "mtu",
+    "Number of qps": "qps",
+}
 
 # perftest's default TCP port for the exchange of queue-pair data (perftest_parameters.h, DEF_PORT).
 DEFAULT_PORT = 18515

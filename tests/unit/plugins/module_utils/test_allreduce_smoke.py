@@ -125,10 +125,29 @@ def test_runs_stand_alone_from_its_bundle(tmp_path):
 
 
 def _tcp_rank(rank: int, port: int, tmp_path: Path, bind: str = "127.0.0.1") -> subprocess.Popen:
-    env = {"PATH": "/usr/bin:/bin", "RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-           "MASTER_PORT": str(port)}  # fmt: skip
-    argv = [sys.executable, str(tmp_path / "_allreduce_smoke.py"), "--backend", "tcp", "--size-bytes", "65536",
-            "--warmup", "1", "--iters", "3", "--bind-address", bind, "--timeout", "20"]  # fmt: skip
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "RANK": str(rank),
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+    argv = [
+        sys.executable,
+        str(tmp_path / "_allreduce_smoke.py"),
+        "--backend",
+        "tcp",
+        "--size-bytes",
+        "65536",
+        "--warmup",
+        "1",
+        "--iters",
+        "3",
+        "--bind-address",
+        bind,
+        "--timeout",
+        "20",
+    ]
     return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -154,6 +173,9 @@ def test_tcp_backend_refuses_without_rank_environment(tmp_path):
         shutil.copy(MODULE_UTILS / name, tmp_path / name)
     run = subprocess.run(
         [sys.executable, str(tmp_path / "_allreduce_smoke.py"), "--backend", "tcp"],
-        env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert run.returncode == 2 and "--bind-address" in run.stderr

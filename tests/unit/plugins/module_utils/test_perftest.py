@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ansible_collections.sparkops.vllm.plugins.module_utils import _perftest as perftest
 
 # linux-rdma/perftest issue #273 (2024-08): ib_write_bw -D 60 --report_gbits, RoCE (Link type Ethernet).
@@ -161,15 +160,31 @@ def test_outputs_without_a_result_raise(text, message):
 def test_argv_is_bounded_server_and_client():
     server = perftest.argv("rocep1s0f1", duration_seconds=5, message_bytes=65536)
     assert server == [
-        "ib_write_bw", "-d", "rocep1s0f1", "-D", "5", "-s", "65536", "-p", "18515", "-F", "--report_gbits",
-    ]  # fmt: skip
-    client = perftest.argv("roceP2p1s0f1", duration_seconds=5, message_bytes=65536, port=18600,
-                           server="192.168.100.11", gid_index=3)  # fmt: skip
+        "ib_write_bw",
+        "-d",
+        "rocep1s0f1",
+        "-D",
+        "5",
+        "-s",
+        "65536",
+        "-p",
+        "18515",
+        "-F",
+        "--report_gbits",
+    ]
+    client = perftest.argv(
+        "roceP2p1s0f1",
+        duration_seconds=5,
+        message_bytes=65536,
+        port=18600,
+        server="192.168.100.11",
+        gid_index=3,
+    )
     assert client[-3:] == ["-x", "3", "192.168.100.11"]
     assert client[client.index("-p") + 1] == "18600"
 
 
 @pytest.mark.parametrize(("duration", "size"), [(0, 65536), (61, 65536), (5, 0), (5, (8 << 20) + 1)])
 def test_argv_refuses_unbounded_runs(duration, size):
-    with pytest.raises(perftest.PerftestError, match="lower it|between"):
+    with pytest.raises(perftest.PerftestError, match=r"lower it|between"):
         perftest.argv("rocep1s0f1", duration_seconds=duration, message_bytes=size)
