@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from itertools import combinations
 from typing import Any
 
-from ansible_collections.sparkops.vllm.plugins.module_utils import _perftest
+from ansible_collections.sparkops.vllm.plugins.module_utils import _allreduce_smoke, _perftest
 
 BACKENDS = ("nccl", "tcp")
 SEVERITY_ORDER = ("error", "warning", "info")
@@ -131,7 +131,70 @@ def plan(nodes: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dic
         "ranks": ranks,
         "master_address": nodes[0]["address"] if nodes else None,
         "backend": backend,
+        # The files shipped into the image's container (the smoke test and its siblings).
+        "bundle": list(_allreduce_smoke.BUNDLE),
     }
+
+
+# Where the bundle is mounted in the container, read-only.
+BUNDLE_MOUNT = "/opt/sparkops-fabric"
+
+
+def allreduce_argv(
+    fabric_plan: Mapping[str, Any],
+    host: str,
+    settings: Mapping[str, Any],
+    *,
+    container: str,
+    labels: Mapping[str, str],
+    env_file: str,
+    scratch: str,
+    gpus: bool,
+    memlock: bool,
+    rdma_devices: bool,
+) -> list[str]:
+    """``docker run`` of one rank in the deployed image, as the Ray unit runs its container
+    (roles/ray_cluster/templates/ray.service.j2: host network, the node's ray.env, ``--gpus
+    all``, ``/dev/infiniband``, an unlimited memlock), bounded twice: ``timeout`` inside the
+    container ends the test (so the container ends with it), the caller's outside it."""
+    by_host = {n["host"]: n for n in fabric_plan["nodes"]}
+    me = by_host[host]
+    size = int(settings["allreduce_bytes"])
+    _allreduce_smoke.check_plan(
+        size, int(settings["allreduce_warmup"]), int(settings["allreduce_iters"]), len(by_host)
+    )
+    seconds = int(settings["allreduce_timeout_seconds"])
+    argv = ["docker", "run", "--rm", "--name", container]
+    for key, value in sorted(labels.items()):
+        argv += ["--label", f"{key}={value}"]
+    argv += ["--network", "host", "--ipc", "host", "--env-file", env_file]
+    if fabric_plan["backend"] == "nccl":
+        if memlock:
+            argv += ["--ulimit", "memlock=-1", "--cap-add", "IPC_LOCK"]
+        if gpus:
+            argv += ["--gpus", "all"]
+        if rdma_devices:
+            argv += ["--device", "/dev/infiniband"]
+    env = {
+        "RANK": fabric_plan["ranks"][host],
+        "LOCAL_RANK": 0,
+        "WORLD_SIZE": len(by_host),
+        "MASTER_ADDR": fabric_plan["master_address"],
+        "MASTER_PORT": int(settings["allreduce_port"]),
+    }
+    for key, value in env.items():
+        argv += ["-e", f"{key}={value}"]
+    argv += ["-v", f"{scratch}:{BUNDLE_MOUNT}:ro", str(me["image"])]
+    argv += ["timeout", str(seconds), "python3", f"{BUNDLE_MOUNT}/_allreduce_smoke.py"]
+    argv += ["--backend", fabric_plan["backend"], "--size-bytes", str(size)]
+    argv += ["--warmup", str(settings["allreduce_warmup"]), "--iters", str(settings["allreduce_iters"])]
+    if fabric_plan["backend"] == "tcp":
+        argv += ["--bind-address", me["address"], "--timeout", str(seconds)]
+    else:
+        argv += ["--log-dir", "/tmp/sparkops-fabric-nccl"]
+        if me["hcas"]:
+            argv += ["--expect-devices", ",".join(me["hcas"])]
+    return argv
 
 
 def _finding(severity: str, code: str, host: str | None, message: str, fix: str) -> dict[str, Any]:

@@ -43,7 +43,11 @@ _FIELDS = {
 
 # perftest's default TCP port for the exchange of queue-pair data (perftest_parameters.h, DEF_PORT).
 DEFAULT_PORT = 18515
-# Bounds the fabric check keeps: a short test, a message size of perftest's default (65536).
+# Bounds the fabric check keeps: a short test (a guess: long enough to settle, short enough
+# for a check), and perftest's own largest message (perftest_parameters.h MAX_SIZE, 8388608;
+# its default for bandwidth tests, DEF_SIZE_BW, is 65536). ib_write_bw registers one buffer of
+# the message size per queue pair, so the memory it takes stays in megabytes.
+DEFAULT_MESSAGE_BYTES = 65536
 MAX_DURATION_SECONDS = 60
 MAX_MESSAGE_BYTES = 8 << 20
 

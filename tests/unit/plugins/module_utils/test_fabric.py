@@ -256,3 +256,79 @@ def test_failed_rdma_pair_is_an_error_finding_and_a_table_row():
     assert not doc["passed"]
     assert [f["code"] for f in doc["findings"]] == ["rdma_bandwidth", "rdma_bandwidth"]
     assert "| spark-1 | rocep1s0f1 | spark-2 | rocep1s0f1 | 0.48 | FAIL (min 80.0) |" in fabric.markdown(doc)
+
+
+ARGV_SETTINGS = {
+    **SETTINGS,
+    "allreduce_bytes": 1 << 20,
+    "allreduce_warmup": 1,
+    "allreduce_iters": 5,
+    "allreduce_timeout_seconds": 120,
+    "allreduce_port": 29555,
+}
+
+
+def _argv(backend, host, hca=TWINS, **flags):
+    nodes = [
+        fabric.node("spark-1", record(IB[0], hca=hca), True),
+        fabric.node("spark-2", record(IB[1], hca=hca), True),
+    ]
+    the_plan = fabric.plan(nodes, {**ARGV_SETTINGS, "allreduce_backend": backend})
+    kwargs = {"gpus": True, "memlock": True, "rdma_devices": True, **flags}
+    return fabric.allreduce_argv(
+        the_plan,
+        host,
+        ARGV_SETTINGS,
+        container="sparkops-lab-fabric-check",
+        labels={"io.sparkops.cluster": "lab"},
+        env_file="/etc/sparkops/lab/ray.env",
+        scratch="/tmp/sparkops-fabric-x",
+        **kwargs,
+    )
+
+
+def test_allreduce_argv_nccl_has_the_ray_units_device_flags_and_rank_environment():
+    argv = _argv("nccl", "spark-2")
+    text = " ".join(argv)
+    assert argv[:5] == ["docker", "run", "--rm", "--name", "sparkops-lab-fabric-check"]
+    for flag in (
+        "--network host",
+        "--env-file /etc/sparkops/lab/ray.env",
+        "--gpus all",
+        "--device /dev/infiniband",
+        "--ulimit memlock=-1 --cap-add IPC_LOCK",
+        "-e RANK=1",
+        "-e WORLD_SIZE=2",
+        f"-e MASTER_ADDR={IB[0]}",
+        "-e MASTER_PORT=29555",
+        "--label io.sparkops.cluster=lab",
+        "-v /tmp/sparkops-fabric-x:/opt/sparkops-fabric:ro sparkops/vllm:abc timeout 120 python3",
+        "--backend nccl --size-bytes 1048576",
+        f"--expect-devices {TWINS}",
+    ):
+        assert flag in text, flag
+
+
+def test_allreduce_argv_tcp_binds_the_ib_address_without_device_flags():
+    argv = _argv("tcp", "spark-1", hca=None, gpus=False, memlock=False, rdma_devices=False)
+    text = " ".join(argv)
+    assert f"--bind-address {IB[0]} --timeout 120" in text and "-e RANK=0" in text
+    assert "--gpus" not in argv and "--device" not in argv and "--expect-devices" not in argv
+
+
+def test_allreduce_argv_refuses_a_buffer_above_the_cap():
+    nodes = [fabric.node("spark-1", record(IB[0]), True)]
+    the_plan = fabric.plan(nodes, ARGV_SETTINGS)
+    with pytest.raises(ValueError, match="lower it"):
+        fabric.allreduce_argv(
+            the_plan,
+            "spark-1",
+            {**ARGV_SETTINGS, "allreduce_bytes": 2 << 30},
+            container="c",
+            labels={},
+            env_file="e",
+            scratch="s",
+            gpus=False,
+            memlock=False,
+            rdma_devices=False,
+        )
