@@ -19,7 +19,9 @@ def fabric_check_plan(hosts, hostvars, settings):
     try:
         for host in hosts:
             raw = hostvars[host].get("fabric_check_raw") or {}
-            nodes.append(fabric.node(host, record.load(raw.get("record")), bool(raw.get("infiniband"))))
+            doc = record.load(raw.get("record"))
+            sections = {name: record.section(doc, name) for name in ("network", "image")}
+            nodes.append(fabric.node(host, sections, bool(raw.get("infiniband"))))
         return fabric.plan(nodes, dict(settings))
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
