@@ -52,8 +52,9 @@ def fabric_check_allreduce_argv(fabric_plan, host, settings, paths, flags):
         raise AnsibleFilterError(f"{host}: {exc}") from exc
 
 
-def fabric_check_report(fabric_plan, rdma_results, allreduce_raw, settings):
-    """The whole report from the plan, the RDMA verdicts and rank 0's registered all-reduce run."""
+def fabric_check_report(fabric_plan, rdma_results, allreduce_raw, settings, hostvars=None):
+    """The whole report from the plan, the RDMA verdicts, rank 0's registered all-reduce run
+    and, from ``hostvars``, every node's (its ``__fabric_check_rank``)."""
     raw = dict(allreduce_raw or {})
     stdout = str(raw.get("stdout") or "").strip()
     if stdout:
@@ -64,7 +65,16 @@ def fabric_check_report(fabric_plan, rdma_results, allreduce_raw, settings):
     addresses = [n["address"] for n in fabric_plan["nodes"]]
     devices = sorted({hca for n in fabric_plan["nodes"] for hca in n["hcas"]})
     allreduce = fabric.allreduce_result(
-        raw, fabric_plan["backend"], addresses, float(settings["allreduce_min_busbw_gbps"]), devices
+        raw,
+        fabric_plan["backend"],
+        addresses,
+        float(settings["allreduce_min_busbw_gbps"]),
+        expected_devices=devices,
+        ranks={
+            n["host"]: dict(hostvars[n["host"]].get("__fabric_check_rank") or {})
+            for n in fabric_plan["nodes"]
+            if hostvars is not None
+        },
     )
     return fabric.report(fabric_plan, list(rdma_results or []), allreduce, dict(settings))
 

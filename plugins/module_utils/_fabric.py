@@ -234,12 +234,20 @@ def allreduce_result(
     backend: str,
     addresses: Sequence[str],
     min_busbw_gbps: float,
+    *,
     expected_devices: Sequence[str] = (),
+    ranks: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """The all-reduce's verdict from rank 0's JSON report (``raw``: rc and the parsed report)."""
+    """The all-reduce's verdict from rank 0's JSON report (``raw``: rc and the parsed report);
+    ``ranks``: every node's registered run ({host: rc, stderr}), whose failures are named."""
     raw = raw or {}
     report = raw.get("report")
     out: dict[str, Any] = {"backend": backend, "passed": False, "busbw_gbps": None, "problems": []}
+    for host, run in sorted((ranks or {}).items()):
+        if run.get("rc") not in (0, None):
+            tail = str(run.get("stderr") or "").strip().splitlines()[-2:]
+            why = "timed out" if run.get("rc") == 124 else f"rc={run.get('rc')}"
+            out["problems"].append(f"{host}'s rank ended {why}{': ' + ' | '.join(tail) if tail else ''}")
     if not isinstance(report, Mapping):
         tail = str(raw.get("stderr") or "").strip().splitlines()[-3:]
         reason = "timed out" if raw.get("rc") == 124 else f"rc={raw.get('rc')}"

@@ -59,3 +59,20 @@ def test_plan_without_a_record_names_the_host():
     hostvars = {**HOSTVARS, "spark-2": {"fabric_check_raw": {"record": "", "infiniband": False}}}
     with pytest.raises(AnsibleFilterError, match="spark-2: no deployed record"):
         filters.fabric_check_plan(["spark-1", "spark-2"], hostvars, SETTINGS)
+
+
+def test_a_failed_worker_rank_is_named_with_its_last_lines():
+    plan = filters.fabric_check_plan(["spark-1", "spark-2"], HOSTVARS, SETTINGS)
+    hostvars = {
+        "spark-1": {"__fabric_check_rank": {"rc": 124, "stderr": ""}},
+        "spark-2": {
+            "__fabric_check_rank": {"rc": 1, "stderr": "Traceback\nConnectionRefusedError: [Errno 111]"}
+        },
+    }
+    report = filters.fabric_check_report(plan, [], {"rc": 124, "stdout": ""}, SETTINGS, hostvars)
+    problems = report["allreduce"]["problems"]
+    assert problems[:2] == [
+        "spark-1's rank ended timed out",
+        "spark-2's rank ended rc=1: Traceback | ConnectionRefusedError: [Errno 111]",
+    ]
+    assert problems[2] == "rank 0 gave no report (timed out)"

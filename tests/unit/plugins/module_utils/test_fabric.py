@@ -181,7 +181,7 @@ def test_nccl_allreduce_needs_net_ib():
     rdma = {
         "report": {"world_size": 2, "busbw_gbps": 20.0, "correct": True, "transport": {"verdict": "rdma"}}
     }
-    assert fabric.allreduce_result(rdma, "nccl", IB, 8.0, ["rocep1s0f1"])["passed"]
+    assert fabric.allreduce_result(rdma, "nccl", IB, 8.0, expected_devices=["rocep1s0f1"])["passed"]
     socket = {
         "report": {
             "world_size": 2,
@@ -193,7 +193,7 @@ def test_nccl_allreduce_needs_net_ib():
             },
         }
     }
-    got = fabric.allreduce_result(socket, "nccl", IB, 8.0, ["rocep1s0f1"])
+    got = fabric.allreduce_result(socket, "nccl", IB, 8.0, expected_devices=["rocep1s0f1"])
     assert not got["passed"]
     assert "'socket_fallback', not NET/IB on rocep1s0f1: NET/IB : No device found" in got["problems"][0]
     assert "below 8.0 GB/s" in got["problems"][1]
@@ -206,7 +206,7 @@ def test_real_two_host_nccl_smoke_over_sockets_fails(name):
     # Real runs of _allreduce_smoke.py between two hosts without RDMA (the lent H200,
     # tests/fixtures/nccl_real/capture.sh): NCCL ran over NET/Socket, which the check refuses.
     raw = json.loads((FIXTURES / name).read_text())
-    got = fabric.allreduce_result(raw, "nccl", ["10.0.0.1", "10.0.0.2"], 8.0, ["mlx5_0"])
+    got = fabric.allreduce_result(raw, "nccl", ["10.0.0.1", "10.0.0.2"], 8.0, expected_devices=["mlx5_0"])
     assert (got["passed"], got["transport"], got["busbw_gbps"]) == (False, "socket_fallback", 1.857)
     assert "NCCL transport is 'socket_fallback', not NET/IB on mlx5_0" in got["problems"][0]
     # The threshold alone would have failed it too (1.857 GB/s).
