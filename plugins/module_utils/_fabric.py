@@ -213,7 +213,11 @@ def rdma_result(
     try:
         parsed = _perftest.parse_bw(str(client.get("stdout") or ""))
     except _perftest.PerftestError as exc:
-        tail = (str(client.get("stderr") or "") or str(server.get("stderr") or "")).strip().splitlines()[-3:]
+        tail = [
+            line
+            for side in (client, server)
+            for line in str(side.get("stderr") or "").strip().splitlines()[-2:]
+        ]
         rc = client.get("rc")
         reason = "timed out" if rc == 124 else f"rc={rc}"
         out["message"] = (
