@@ -20,8 +20,8 @@ three; they import each other as siblings when they are not in the collection). 
 ``--log-dir``; rank 0 gathers every rank's log and classifies it with
 :func:`_nccl_transport.classify_logs`. ``--backend gloo`` all-reduces CPU tensors over
 TCP, bound to ``--ifname`` (``GLOO_SOCKET_IFNAME``) and reports that interface's address.
-``--backend tcp`` needs no torch (the lab's image has none: a CPU torch wheel is 555 MB,
-more than the lab should copy per node): a reduce-and-broadcast over plain TCP sockets
+``--backend tcp`` needs no torch (the lab's image has none: the torch wheel
+the development machine's pip index offers is 555 MB without its dependencies): a reduce-and-broadcast over plain TCP sockets
 between the ranks, every socket bound to ``--bind-address`` (the node's ib address), the
 sums in Python; it reports every socket's two ends (``sockets``) so a caller can prove
 the traffic ran between the ib addresses. One process per node, with ``RANK``,
