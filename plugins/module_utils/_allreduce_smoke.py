@@ -20,6 +20,12 @@ three; they import each other as siblings when they are not in the collection). 
 ``--log-dir``; rank 0 gathers every rank's log and classifies it with
 :func:`_nccl_transport.classify_logs`. ``--backend gloo`` all-reduces CPU tensors over
 TCP, bound to ``--ifname`` (``GLOO_SOCKET_IFNAME``) and reports that interface's address.
+``--backend tcp`` needs no torch (the lab's image has none: the torch wheel
+the development machine's pip index offers is 555 MB without its dependencies): a reduce-and-broadcast over plain TCP sockets
+between the ranks, every socket bound to ``--bind-address`` (the node's ib address), the
+sums in Python; it reports every socket's two ends (``sockets``) so a caller can prove
+the traffic ran between the ib addresses. One process per node, with ``RANK``,
+``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set as under torchrun.
 
 Rank 0 prints one JSON object (and writes it to ``--json-out``): backend, world size,
 size, time per all-reduce, ``algbw_gbps`` and ``busbw_gbps`` as nccl-tests defines them
@@ -38,6 +44,7 @@ checked at the end and the values stay finite for the iteration counts allowed.
 from __future__ import annotations
 
 import argparse
+import array
 import fcntl
 import json
 import math
@@ -47,6 +54,7 @@ import struct
 import sys
 import tempfile
 import time
+from operator import add
 
 try:
     from ansible_collections.sparkops.vllm.plugins.module_utils import _nccl_transport
@@ -236,6 +244,132 @@ def run_rank(rank: int, world_size: int, args: argparse.Namespace) -> dict | Non
     return report
 
 
+# --backend tcp: the wire format is a 4-byte big-endian length, then the payload.
+_TCP_CONNECT_SECONDS = 60.0
+
+
+def _send_frame(sock: socket.socket, payload: bytes) -> None:
+    sock.sendall(struct.pack("!I", len(payload)) + payload)
+
+
+def _recv_exact(sock: socket.socket, size: int) -> bytes:
+    chunks = []
+    while size:
+        chunk = sock.recv(min(size, 1 << 20))
+        if not chunk:
+            raise ConnectionError("the peer closed the connection mid-message")
+        chunks.append(chunk)
+        size -= len(chunk)
+    return b"".join(chunks)
+
+
+def _recv_frame(sock: socket.socket) -> bytes:
+    (size,) = struct.unpack("!I", _recv_exact(sock, 4))
+    return _recv_exact(sock, size)
+
+
+def _tcp_connections(rank: int, world_size: int, bind_address: str, timeout: float) -> list[socket.socket]:
+    """Rank 0 listens on ``bind_address:MASTER_PORT`` and accepts every other rank, which
+    connects from ``bind_address`` to ``MASTER_ADDR:MASTER_PORT``. Returns rank 0's
+    connections in rank order, or the one connection of another rank."""
+    port = int(os.environ["MASTER_PORT"])
+    if rank == 0:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((bind_address, port))
+            listener.listen(world_size)
+            listener.settimeout(timeout)
+            peers: dict[int, socket.socket] = {}
+            while len(peers) < world_size - 1:
+                conn, _addr = listener.accept()
+                conn.settimeout(timeout)
+                (peer_rank,) = struct.unpack("!I", _recv_exact(conn, 4))
+                peers[peer_rank] = conn
+        return [peers[r] for r in sorted(peers)]
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        sock.bind((bind_address, 0))
+        try:
+            sock.connect((os.environ["MASTER_ADDR"], port))
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+            continue
+        sock.sendall(struct.pack("!I", rank))
+        return [sock]
+
+
+def _tcp_allreduce(rank: int, conns: list[socket.socket], buf: array.array) -> array.array:
+    """One all-reduce: every rank's buffer summed on rank 0 and sent back to all."""
+    if rank == 0:
+        total = buf
+        for conn in conns:
+            other = array.array("d")
+            other.frombytes(_recv_frame(conn))
+            total = array.array("d", map(add, total, other))
+        payload = total.tobytes()
+        for conn in conns:
+            _send_frame(conn, payload)
+        return total
+    _send_frame(conns[0], buf.tobytes())
+    result = array.array("d")
+    result.frombytes(_recv_frame(conns[0]))
+    return result
+
+
+def run_tcp_rank(rank: int, world_size: int, args: argparse.Namespace) -> dict | None:
+    """``--backend tcp``: one rank of a reduce-and-broadcast over TCP; the report on rank 0."""
+    elements = check_plan(args.size_bytes, args.warmup, args.iters, world_size, args.max_bytes)
+    conns = _tcp_connections(rank, world_size, args.bind_address, args.timeout)
+    try:
+        buf = array.array("d", [float(rank + 1)]) * elements
+        for _ in range(args.warmup):
+            buf = _tcp_allreduce(rank, conns, buf)
+        began = time.perf_counter()
+        for _ in range(args.iters):
+            buf = _tcp_allreduce(rank, conns, buf)
+        seconds = (time.perf_counter() - began) / args.iters
+        want = expected_value(world_size, args.warmup + args.iters)
+        error = max(abs(value - want) for value in buf) / want
+        own = {
+            "rank": rank,
+            "host": socket.gethostname(),
+            "correct": error < 1e-9,
+            "max_rel_error": error,
+            "seconds": seconds,
+            "sockets": [
+                {"rank": rank, "local": conn.getsockname()[0], "peer": conn.getpeername()[0]}
+                for conn in conns
+            ],
+        }
+        if rank != 0:
+            _send_frame(conns[0], json.dumps(own).encode())
+            return None
+        gathered = [own] + [json.loads(_recv_frame(conn)) for conn in conns]
+    finally:
+        for conn in conns:
+            conn.close()
+    slowest = max(item["seconds"] for item in gathered)
+    return {
+        "backend": "tcp",
+        "world_size": world_size,
+        "size_bytes": args.size_bytes,
+        "dtype": "float64",
+        "warmup": args.warmup,
+        "iters": args.iters,
+        **bandwidths(args.size_bytes, slowest, world_size),
+        "correct": all(item["correct"] for item in gathered),
+        "max_rel_error": max(item["max_rel_error"] for item in gathered),
+        "hosts": [item["host"] for item in gathered],
+        "bind_address": args.bind_address,
+        "sockets": [entry for item in gathered for entry in item["sockets"]],
+    }
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -253,7 +387,7 @@ def _spawned(rank: int, world_size: int, args: argparse.Namespace, report_path: 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--backend", choices=("nccl", "gloo"), required=True)
+    parser.add_argument("--backend", choices=("nccl", "gloo", "tcp"), required=True)
     parser.add_argument("--size-bytes", type=int, default=DEFAULT_BYTES, help="buffer per rank")
     parser.add_argument(
         "--max-bytes", type=int, default=MAX_BYTES, help=f"refuse buffers above this (<= {MAX_BYTES})"
@@ -269,6 +403,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--expect-devices", default=None, help="nccl: comma list of HCAs RDMA must use")
     parser.add_argument("--json-out", default=None, help="rank 0 also writes the report here")
+    parser.add_argument(
+        "--bind-address", default=None, help="tcp: the address every socket binds to (the node's ib address)"
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=_TCP_CONNECT_SECONDS, help="tcp: seconds to connect and per receive"
+    )
     return parser.parse_args(argv)
 
 
@@ -281,7 +421,21 @@ def main(argv: list[str] | None = None) -> int:
     except SmokeError as exc:
         print(json.dumps({"error": str(exc)}), file=sys.stderr)
         return 2
-    if torchrun:
+    if args.backend == "tcp":
+        if not (
+            torchrun and args.bind_address and "MASTER_ADDR" in os.environ and "MASTER_PORT" in os.environ
+        ):
+            print(
+                json.dumps(
+                    {
+                        "error": "--backend tcp needs --bind-address and RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT"
+                    }
+                ),
+                file=sys.stderr,
+            )
+            return 2
+        report = run_tcp_rank(int(os.environ["RANK"]), world_size, args)
+    elif torchrun:
         report = run_rank(int(os.environ["RANK"]), world_size, args)
     else:
         import torch.multiprocessing as mp  # noqa: PLC0415

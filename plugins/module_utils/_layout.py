@@ -92,7 +92,13 @@ def layout(
     config_dir = f"{CONFIG_ROOT}/{cluster}"
     state = str(state_dir) if not _blank(state_dir) else f"{STATE_ROOT}/{cluster}"
     sync_dir = str(model_sync_config_dir) if not _blank(model_sync_config_dir) else MODEL_SYNC_CONFIG_DIR
-    containers = {"ray_head": f"{base}-ray-head", "ray_worker": f"{base}-ray-worker", "serve": f"{base}-vllm"}
+    containers = {
+        "ray_head": f"{base}-ray-head",
+        "ray_worker": f"{base}-ray-worker",
+        "serve": f"{base}-vllm",
+        # The fabric check's one-shot all-reduce rank (playbooks/fabric_check.yml).
+        "fabric_check": f"{base}-fabric-check",
+    }
     # systemd's names: a name without a suffix is a .service to systemctl and
     # journalctl -u, which is how the tasks and messages show them.
     units = {

@@ -31,6 +31,8 @@ COMMANDS = {
     "reclaim": "list the stale GPU consumers; stop the ones confirmed with -e",
     "restart": "restart serve, workers and head in order and wait for readiness",
     "teardown": "stop and remove the cluster's units and containers (model and image kept unless asked)",
+    "fabric": "qualify the RoCE fabric: ib_write_bw per HCA between every pair of nodes and an all-reduce "
+    "in the deployed image, against thresholds; fails when a test fails",
 }
 
 EXIT_CODES = f"""exit codes:

@@ -26,6 +26,7 @@ PLAYBOOKS = {
     "reclaim": "playbooks/reclaim.yml",
     "restart": "playbooks/restart.yml",
     "teardown": "playbooks/teardown.yml",
+    "fabric": "playbooks/fabric_check.yml",
 }
 
 

@@ -8,6 +8,7 @@ Layout of a run's directory (printed at the end)::
     summary.txt          the summary table as printed
     status.json          status: the cluster status the playbook wrote
     diagnose.json        diagnose: the report the playbook wrote
+    fabric.json          fabric: the fabric check's report (fabric.md: as Markdown)
     support/             diagnose: the support bundle
     runner/stdout        ansible-playbook's output
     runner/job_events/   every runner event, one JSON file each
@@ -48,10 +49,11 @@ REPORT_VARS: dict[str, dict[str, str]] = {
         "cluster_diagnose_json_path": "diagnose.json",
         "cluster_diagnose_bundle_dir": "support",
     },
+    "fabric": {"fabric_check_json_path": "fabric.json", "fabric_check_markdown_path": "fabric.md"},
 }
-REPORT_FILE = {"status": "status.json", "diagnose": "diagnose.json"}
+REPORT_FILE = {"status": "status.json", "diagnose": "diagnose.json", "fabric": "fabric.json"}
 # Commands whose playbook's own report (its debug output) is the answer.
-SHOW_REPORTS = {"status", "diagnose", "reclaim"}
+SHOW_REPORTS = {"status", "diagnose", "reclaim", "fabric"}
 
 
 def default_run_dir(project: Path, command: str, now: datetime | None = None) -> Path:

@@ -81,3 +81,22 @@ def test_redacted_argv_shows_what_was_asked_without_secrets():
         "sparkops_api_key=<redacted>",
         "--json",
     ]
+
+
+def test_fabric_writes_its_report_into_the_run_directory(tmp_path):
+    from sparkops_cli.run import PlaybookRun  # noqa: PLC0415
+
+    assert PLAYBOOKS["fabric"] == "playbooks/fabric_check.yml"
+    run = PlaybookRun(
+        command="fabric",
+        project=tmp_path,
+        playbook=PLAYBOOKS["fabric"],
+        run_dir=tmp_path / "r",
+        display_argv=["sparkops", "fabric"],
+    )
+    assert run.report_vars() == {
+        "fabric_check_json_path": str(tmp_path / "r" / "fabric.json"),
+        "fabric_check_markdown_path": str(tmp_path / "r" / "fabric.md"),
+    }
+    args = cli.build_parser().parse_args(["fabric", "--check", "-i", "hosts.yml"])
+    assert (args.command, args.check, args.inventory) == ("fabric", True, ["hosts.yml"])

@@ -122,3 +122,60 @@ def test_runs_stand_alone_from_its_bundle(tmp_path):
         check=True,
     )
     assert probe.stdout.strip() == "unknown"
+
+
+def _tcp_rank(rank: int, port: int, tmp_path: Path, bind: str = "127.0.0.1") -> subprocess.Popen:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "RANK": str(rank),
+        "WORLD_SIZE": "2",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
+    argv = [
+        sys.executable,
+        str(tmp_path / "_allreduce_smoke.py"),
+        "--backend",
+        "tcp",
+        "--size-bytes",
+        "65536",
+        "--warmup",
+        "1",
+        "--iters",
+        "3",
+        "--bind-address",
+        bind,
+        "--timeout",
+        "20",
+    ]
+    return subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_tcp_backend_all_reduces_between_two_processes_without_torch(tmp_path):
+    # The bundle alone, as it is shipped into an image without torch.
+    for name in _allreduce_smoke.BUNDLE:
+        shutil.copy(MODULE_UTILS / name, tmp_path / name)
+    port = _allreduce_smoke._free_port()
+    ranks = [_tcp_rank(rank, port, tmp_path) for rank in (0, 1)]
+    outs = [proc.communicate(timeout=60) for proc in ranks]
+    assert [proc.returncode for proc in ranks] == [0, 0], outs
+    report = json.loads(outs[0][0])
+    assert outs[1][0] == ""
+    assert (report["backend"], report["world_size"], report["correct"]) == ("tcp", 2, True)
+    assert report["iters"] == 3 and report["busbw_gbps"] == report["algbw_gbps"] > 0
+    # Both ranks' ends of the one connection, each bound to the given address.
+    assert sorted(s["rank"] for s in report["sockets"]) == [0, 1]
+    assert {s["local"] for s in report["sockets"]} == {"127.0.0.1"}
+
+
+def test_tcp_backend_refuses_without_rank_environment(tmp_path):
+    for name in _allreduce_smoke.BUNDLE:
+        shutil.copy(MODULE_UTILS / name, tmp_path / name)
+    run = subprocess.run(
+        [sys.executable, str(tmp_path / "_allreduce_smoke.py"), "--backend", "tcp"],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 2 and "--bind-address" in run.stderr

@@ -26,6 +26,7 @@ def test_the_default_layout_of_a_cluster():
         "ray_head": "sparkops-lab-ray-head",
         "ray_worker": "sparkops-lab-ray-worker",
         "serve": "sparkops-lab-vllm",
+        "fabric_check": "sparkops-lab-fabric-check",
     }
     assert got["launch_script"] == "/etc/sparkops/lab/launch.sh"
     assert got["launch_script_mount"] == "/opt/sparkops/launch.sh"
