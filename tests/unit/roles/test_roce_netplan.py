@@ -43,6 +43,15 @@ CASES = {
         "ib_interface": "enp1s0f1np1",
         "ib_mtu": 9000,
     },
+    "networkd_twin_addressed": {
+        "roce_network_netplan_renderer": "networkd",
+        "sparkops_ib_subnet": "192.168.200.0/24",
+        "ib_address": "192.168.200.15",
+        "ib_interface": "enp1s0f1np1",
+        "ib_mtu": 9000,
+        "roce_network_twin_subnet": "192.168.201.0/24",
+        "roce_network_twin_address": "192.168.201.15",
+    },
     "auto_networkd_ib_prefix_16": {
         "roce_network_netplan_renderer": "auto",
         "__roce_network_nm": {"stdout": "inactive", "rc": 3},
@@ -151,4 +160,10 @@ def test_netplan_generate_accepts_it(tmp_path, case):
         unit = (tmp_path / "run" / "systemd" / "network" / f"10-netplan-{iface}.network").read_text()
         assert f"Address={values['ib_address']}/" in unit
         link = (tmp_path / "run" / "systemd" / "network" / f"10-netplan-{iface}.link").read_text()
+        assert f"MTUBytes={mtu}" in link
+    if values.get("roce_network_twin_subnet"):
+        # The twin netdev has its own address and the cabled port's MTU (networkd case).
+        unit = (tmp_path / "run" / "systemd" / "network" / "10-netplan-enP2p1s0f1np1.network").read_text()
+        assert f"Address={values['roce_network_twin_address']}/24" in unit
+        link = (tmp_path / "run" / "systemd" / "network" / "10-netplan-enP2p1s0f1np1.link").read_text()
         assert f"MTUBytes={mtu}" in link
