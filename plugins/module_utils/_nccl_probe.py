@@ -57,7 +57,7 @@ def _library(path):
 
 def _pip():
     try:
-        from importlib import metadata
+        from importlib import metadata  # noqa: PLC0415 - absent from Python before 3.8
     except ImportError:
         return []
     found = []
@@ -71,7 +71,11 @@ def _pip():
             if os.path.basename(str(item)).startswith("libnccl.so")
         ]
         found.append(
-            {"package": name, "version": dist.version, "libraries": [_library(path) for path in sorted(libraries)]}
+            {
+                "package": name,
+                "version": dist.version,
+                "libraries": [_library(path) for path in sorted(libraries)],
+            }
         )
     return found
 
@@ -79,7 +83,11 @@ def _pip():
 def _system():
     try:
         out = subprocess.run(
-            ["ldconfig", "-p"], capture_output=True, text=True, check=False, env={"LC_ALL": "C", "PATH": "/usr/sbin:/sbin:/usr/bin:/bin"}
+            ["ldconfig", "-p"],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={"LC_ALL": "C", "PATH": "/usr/sbin:/sbin:/usr/bin:/bin"},
         ).stdout
     except OSError:
         return []
@@ -89,13 +97,13 @@ def _system():
 
 def _torch():
     try:
-        import torch
-    except Exception as exc:  # noqa: BLE001 - any import failure means "no torch to ask"
+        import torch  # noqa: PLC0415 - optional: an image without torch still answers
+    except Exception as exc:  # any import failure means "no torch to ask"
         return {"error": f"{type(exc).__name__}: {exc}"}
     result = {"version": getattr(torch, "__version__", None), "nccl_version": None, "loaded": []}
     try:
         result["nccl_version"] = ".".join(str(part) for part in torch.cuda.nccl.version())
-    except Exception as exc:  # noqa: BLE001 - a CPU-only torch has no NCCL
+    except Exception as exc:  # a CPU-only torch has no NCCL
         result["error"] = f"{type(exc).__name__}: {exc}"
     try:
         with open("/proc/self/maps", encoding="utf-8") as handle:
@@ -106,12 +114,10 @@ def _torch():
 
 
 def probe():
-    return {
-        "python": sys.version.split()[0],
-        "pip": _pip(),
-        "system": _system(),
-        "torch": _torch(),
-    }
+    # torch first: reading a library's version loads it into this process, and the
+    # maps would then show the probe's own loads instead of torch's.
+    loaded_by_torch = _torch()
+    return {"python": sys.version.split()[0], "torch": loaded_by_torch, "pip": _pip(), "system": _system()}
 
 
 if __name__ == "__main__":
