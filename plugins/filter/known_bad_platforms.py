@@ -57,13 +57,17 @@ def nccl_probe_argv(image, label_args=()):
     ]
 
 
-def known_bad_image(probe_stdout, host, cuda_graphs, tensor_parallel_size, gpus_per_node):
+def known_bad_image(  # noqa: PLR0917 - the filter's documented positional interface
+    probe_stdout, host, cuda_graphs, tensor_parallel_size, gpus_per_node, probe_stderr=""
+):
     """``{nccl, results}``: what the image's NCCL is, and the image rows (vllm_image)."""
     try:
         nccl = table.image_nccl(table.parse_probe(probe_stdout))
     except table.ProbeError as exc:
+        stderr = (probe_stderr or "").strip()
         raise AnsibleFilterError(
-            f"{host}: {exc}. Fix: the image needs python3 (every vLLM image has it); run the probe by hand: "
+            f"{host}: {exc}{'; stderr: ' + stderr[-300:] if stderr else ''}. "
+            "Fix: the image needs python3 (every vLLM image has it); run the probe by hand: "
             'docs/runbooks/nccl-errors.md, "Known-bad NCCL in the image"'
         ) from None
     results = table.evaluate_image(

@@ -38,11 +38,19 @@ def test_known_bad_image_on_the_h200_probe():
     assert kbp.known_bad_failures(image["results"]) == []
 
 
-def test_a_probe_that_printed_no_json_names_the_host_and_the_error():
+def test_a_probe_that_printed_no_json_names_the_host_and_its_stderr():
+    stderr = 'docker: Error response from daemon: exec: "python3": executable file not found in $PATH'
     with pytest.raises(
-        AnsibleFilterError, match=r"spark-1: the NCCL probe printed no JSON object: .*python3"
+        AnsibleFilterError, match=r"spark-1: the NCCL probe printed no JSON object: ''; stderr: .*python3"
     ):
-        kbp.known_bad_image('\ndocker: exec: "python3": executable file not found', "spark-1", True, 2, 1)
+        kbp.known_bad_image("", "spark-1", True, 2, 1, stderr)
+
+
+def test_the_lab_images_probe_output_is_read_whole():
+    """The lab image's probe output (same as the development machine's, run on spark-1 2026-12-03)."""
+    stdout = (FIXTURES / "known_bad" / "field_probe_no_nccl.txt").read_text().splitlines()[-1] + "\n"
+    image = kbp.known_bad_image(stdout, "spark-1", True, 2, 1, "")
+    assert [row["status"] for row in image["results"]] == ["not_applicable", "not_applicable"]
 
 
 def test_known_bad_node_refuses_an_unknown_row_to_accept():
