@@ -23,6 +23,10 @@ BYTE_FIELDS = {
     "swap_free_bytes": "SwapFree",
     "shmem_bytes": "Shmem",
     "sreclaimable_bytes": "SReclaimable",
+    # CMA: the known-bad platform table compares the two (_known_bad_platforms.py,
+    # kernel_kho_cma); absent on kernels built without CONFIG_CMA.
+    "cma_total_bytes": "CmaTotal",
+    "cma_free_bytes": "CmaFree",
 }
 REQUIRED = ("MemTotal", "MemFree")
 

@@ -48,6 +48,8 @@ memory:
     swap_free_bytes: 0
     shmem_bytes: 29114368
     sreclaimable_bytes: 801001472
+    cma_total_bytes: null
+    cma_free_bytes: null
     available_estimated: false
     hugepages: {total: 0, free: 0, page_size_bytes: 2097152, reserved_bytes: 0}
   contains:
@@ -60,6 +62,8 @@ memory:
     swap_free_bytes: {description: SwapFree; null when absent, type: int}
     shmem_bytes: {description: Shmem; null when absent, type: int}
     sreclaimable_bytes: {description: SReclaimable; null when absent, type: int}
+    cma_total_bytes: {description: CmaTotal; null on kernels without CMA, type: int}
+    cma_free_bytes: {description: CmaFree; null on kernels without CMA, type: int}
     available_estimated:
       description: True when MemAvailable was missing and available_bytes is estimated.
       type: bool

@@ -75,8 +75,8 @@ _FIXES = {
     ),
     "nvidia_driver_unavailable": (
         "Repair the driver on that node before anything else: reboot after a driver update (a version "
-        "mismatch), or install a driver branch listed in `preflight_driver_branch_allowlist`; preflight "
-        "stops a deploy on this."
+        "mismatch), or install a driver the known-bad platform table accepts (docs/known-bad-platforms.md; "
+        "`preflight_known_bad_accept` overrides a known-bad row); preflight stops a deploy on this."
     ),
     "uma_driver_out_of_memory": (
         "The GPU driver could not back a unified-memory allocation: the node's RAM was taken by the page "
@@ -89,8 +89,10 @@ _FIXES = {
         "NCCL could not pin memory for RDMA: not a GID or HCA problem. Keep `ray_cluster_memlock_unlimited: "
         "true` (and `vllm_serve_memlock_unlimited`) so the containers run with `--ulimit memlock=-1`; check "
         "`ulimit -l` inside the container. With memlock unlimited, the kernel could not pin pages it holds in "
-        "CMA pageblocks: check `grep Cma /proc/meminfo`, drop the page cache before the start and lower "
-        "`sparkops_gpu_memory_utilization` so NCCL's buffers are not the last free pages."
+        "CMA pageblocks: check `grep Cma /proc/meminfo`. CmaFree above CmaTotal is the kernel's Kexec "
+        "HandOver scratch memory counted as CMA (NV-Kernels PR #591, Linux 7.0.0-1019): boot with `kho=off` "
+        "(preflight's kernel_kho_cma row, docs/known-bad-platforms.md). Otherwise drop the page cache before the "
+        "start and lower `sparkops_gpu_memory_utilization` so NCCL's buffers are not the last free pages."
     ),
     "ray_missing_in_image": (
         "The image has no Ray: vLLM's own images dropped it in v0.18. Build or pull an image with Ray "
@@ -109,7 +111,7 @@ _FIXES = {
         "Read the Xid's meaning in the summary: an application Xid (13, 31, 43, 45) follows a bad kernel or "
         "an image built for another GPU, so rerun with `sparkops_cuda_graphs: false` and the image's "
         "own test; a hardware Xid (48, 64, 79, 94, 95, 119, 154) needs `nvidia-smi -q`, a reset or a reboot "
-        "of that node before a retry, and a driver in `preflight_driver_branch_allowlist`."
+        "of that node before a retry, and a driver the known-bad platform table accepts (`preflight_known_bad_accept`)."
     ),
     "gpu_arch_unsupported": (
         "The image was built without this GPU's architecture (on a DGX Spark: compute capability 12.1, "

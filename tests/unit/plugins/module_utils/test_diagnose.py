@@ -43,7 +43,7 @@ SETTINGS = (
     "roce_network_firewall_open",
     "preflight_gpu_consumer_allowlist",
     "preflight_reclaim",
-    "preflight_driver_branch_allowlist",
+    "preflight_known_bad_accept",
 )
 SPARKS = {
     "hosts": {

@@ -67,6 +67,8 @@ def test_gb10_dgx_spark():
         "swap_free_bytes": 16777212 * KIB,
         "shmem_bytes": 28432 * KIB,
         "sreclaimable_bytes": 782220 * KIB,
+        "cma_total_bytes": None,
+        "cma_free_bytes": None,
         "available_estimated": False,
         "hugepages": {"total": 0, "free": 0, "page_size_bytes": 2048 * KIB, "reserved_bytes": 0},
     }
