@@ -67,8 +67,16 @@ def node(host: str, record: Mapping[str, Any] | None, infiniband_present: bool) 
     env = network.get("env") or {}
     hcas = _hca_list(env.get("NCCL_IB_HCA"))
     reason = None
+    sysfs_root = network.get("sysfs_root")
     if not hcas:
         reason = "NCCL_IB_HCA is empty in the deployed record: roce_network found no RDMA device on the ib interface"
+    elif sysfs_root not in (None, "", "/sys"):
+        # roce_network_sysfs_root points elsewhere only for simulated devices (the lab's
+        # ConnectX-7, docs/lab.md): they have a sysfs tree and uverbs nodes, no verbs.
+        reason = (
+            f"the RDMA devices {','.join(hcas)} are simulated (their sysfs is {sysfs_root}, not /sys): "
+            "ib_write_bw needs a real HCA"
+        )
     elif not infiniband_present:
         reason = f"/dev/infiniband is missing although NCCL_IB_HCA lists {','.join(hcas)}: the RDMA driver is not loaded"
     return {

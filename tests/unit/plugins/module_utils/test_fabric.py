@@ -49,7 +49,7 @@ def test_pairs_every_unordered_pair_in_inventory_order():
         (TWINS, True, ["rocep1s0f1", "roceP2p1s0f1"], None),
         ("=rocep1s0f1:1,roceP2p1s0f1:1", True, ["rocep1s0f1", "roceP2p1s0f1"], None),
         ("^mlx5_bond_0", True, [], "NCCL_IB_HCA is empty"),
-        (None, False, [], "NCCL_IB_HCA is empty"),  # the lab: roce_network found no device
+        (None, False, [], "NCCL_IB_HCA is empty"),  # a node roce_network found no device on
         ("", True, [], "NCCL_IB_HCA is empty"),
         (TWINS, False, [], "/dev/infiniband is missing"),
     ],
@@ -332,3 +332,13 @@ def test_allreduce_argv_refuses_a_buffer_above_the_cap():
             memlock=False,
             rdma_devices=False,
         )
+
+
+def test_simulated_devices_are_not_tested_and_say_why():
+    doc = record("192.168.200.12", TWINS)
+    doc["network"]["sysfs_root"] = "/run/sparkops-lab/rdma"
+    got = fabric.node("spark-1", doc, True)
+    assert got["hcas"] == [] and got["listed_hcas"] == ["rocep1s0f1", "roceP2p1s0f1"]
+    assert "are simulated" in got["rdma_reason"] and "/run/sparkops-lab/rdma" in got["rdma_reason"]
+    doc["network"]["sysfs_root"] = "/sys"
+    assert fabric.node("spark-1", doc, True)["rdma_reason"] is None
