@@ -99,6 +99,23 @@ def bandwidths(size_bytes: int, seconds_per_iter: float, world_size: int) -> dic
     }
 
 
+def _gathered_report(args, backend: str, world_size: int, gathered: list) -> dict:
+    """The report's common part from every rank's result; the slowest rank bounds the collective."""
+    slowest = max(item["seconds"] for item in gathered)
+    return {
+        "backend": backend,
+        "world_size": world_size,
+        "size_bytes": args.size_bytes,
+        "dtype": "float64",
+        "warmup": args.warmup,
+        "iters": args.iters,
+        **bandwidths(args.size_bytes, slowest, world_size),
+        "correct": all(item["correct"] for item in gathered),
+        "max_rel_error": max(item["max_rel_error"] for item in gathered),
+        "hosts": [item["host"] for item in gathered],
+    }
+
+
 def expected_value(world_size: int, total_iters: int) -> float:
     """Every element after ``total_iters`` in-place sums of buffers that start at rank + 1."""
     return float(world_size) ** (total_iters - 1) * world_size * (world_size + 1) / 2
@@ -214,18 +231,8 @@ def run_rank(rank: int, world_size: int, args: argparse.Namespace) -> dict | Non
     if rank != 0:
         return None
     # The slowest rank bounds the collective, as nccl-tests reports it.
-    slowest = max(item["seconds"] for item in gathered)
     report = {
-        "backend": args.backend,
-        "world_size": world_size,
-        "size_bytes": args.size_bytes,
-        "dtype": "float64",
-        "warmup": args.warmup,
-        "iters": args.iters,
-        **bandwidths(args.size_bytes, slowest, world_size),
-        "correct": all(item["correct"] for item in gathered),
-        "max_rel_error": max(item["max_rel_error"] for item in gathered),
-        "hosts": [item["host"] for item in gathered],
+        **_gathered_report(args, args.backend, world_size, gathered),
         "torch_version": torch.__version__,
         "environment": {key: os.environ[key] for key in sorted(os.environ) if key.startswith(_REPORTED_ENV)},
     }
@@ -353,18 +360,8 @@ def run_tcp_rank(rank: int, world_size: int, args: argparse.Namespace) -> dict |
     finally:
         for conn in conns:
             conn.close()
-    slowest = max(item["seconds"] for item in gathered)
     return {
-        "backend": "tcp",
-        "world_size": world_size,
-        "size_bytes": args.size_bytes,
-        "dtype": "float64",
-        "warmup": args.warmup,
-        "iters": args.iters,
-        **bandwidths(args.size_bytes, slowest, world_size),
-        "correct": all(item["correct"] for item in gathered),
-        "max_rel_error": max(item["max_rel_error"] for item in gathered),
-        "hosts": [item["host"] for item in gathered],
+        **_gathered_report(args, "tcp", world_size, gathered),
         "bind_address": args.bind_address,
         "sockets": [entry for item in gathered for entry in item["sockets"]],
     }
