@@ -21,11 +21,17 @@ import os
 import re
 import shlex
 
-from ansible_collections.sparkops.vllm.plugins.module_utils._nccl_gid import (
-    gid_summary,
-    nccl_gids,
-    pinned_gid_problems,
-)
+try:
+    from ansible_collections.sparkops.vllm.plugins.module_utils._nccl_gid import (
+        gid_summary,
+        nccl_gids,
+        pinned_gid_problems,
+    )
+except ImportError:  # run as a plain script on the node (_ib_recheck.BUNDLE), _nccl_gid.py beside it
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from _nccl_gid import gid_summary, nccl_gids, pinned_gid_problems  # type: ignore[no-redef]
 
 # ---------------------------------------------------------------------------
 # RDMA devices
