@@ -164,7 +164,8 @@ def management_problems(links, routes, interface, management_addresses):
             break
     link = next((item for item in links or [] if item.get("ifname") == interface), None)
     held = {item.get("local") for item in (link or {}).get("addr_info") or [] if item.get("local")}
-    for address in management_addresses or []:
+    # ansible_host and SSH_CONNECTION's server side are usually the same address: name it once.
+    for address in dict.fromkeys(management_addresses or []):
         if address and address in held:
             problems.append(f"{interface} holds {address}, the address the controller connects to")
     return problems
