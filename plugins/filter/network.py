@@ -10,10 +10,12 @@ documented in the YAML file of the same name next to this one.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.sparkops.vllm.plugins.module_utils import _netplan
 from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import (
     network as _network,  # the one parser of address/prefix strings
 )
@@ -103,6 +105,27 @@ def subnet_info(value):
     }
 
 
+def netplan_conflicts(files, interface, address, own_file, macaddress=None):
+    """The other /etc/netplan files that configure ``interface`` (module_utils/_netplan.py has the rule).
+
+    ``files`` is a mapping of path to text, or the results of a looped ``slurp``.
+    """
+    if isinstance(files, list):
+        files = {
+            item["source"]: base64.b64decode(item["content"]).decode("utf-8", "replace")
+            for item in files
+            if isinstance(item, dict) and item.get("content") is not None and item.get("source")
+        }
+    return _netplan.conflicts(dict(files or {}), interface, address, own_file, macaddress)
+
+
+def netplan_management_problems(links, routes, interface, management_addresses):
+    """Why ``interface`` carries the management connection (module_utils/_netplan.py); empty: it does not."""
+    return _netplan.management_problems(
+        links, routes, interface, [a for a in management_addresses or [] if a]
+    )
+
+
 class FilterModule:
     """sparkops.vllm network filters."""
 
@@ -112,4 +135,6 @@ class FilterModule:
             "is_cidr": is_cidr,
             "ip_in_subnet": ip_in_subnet,
             "subnet_info": subnet_info,
+            "netplan_conflicts": netplan_conflicts,
+            "netplan_management_problems": netplan_management_problems,
         }

@@ -16,6 +16,7 @@ from typing import Any
 
 from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record as deployed_record
 from ansible_collections.sparkops.vllm.plugins.module_utils import _nccl_transport as nccl_transport
+from ansible_collections.sparkops.vllm.plugins.module_utils import _ib_recheck
 
 GIB = 1024**3
 
@@ -108,6 +109,42 @@ def _ib(node: dict, raw: Mapping[str, Any], problems: list[str]) -> None:
             f"{host}: {interface} has MTU {parsed.get('mtu')}, the inventory's ib_mtu is {expected_mtu}. "
             f"Fix: rerun the roce_network stage; a switch port with a smaller MTU drops RoCE frames."
         )
+
+
+def _link_recheck(node: dict, raw: Mapping[str, Any], problems: list[str], *, address_ok: bool) -> None:
+    """What the Ray unit's re-check (module_utils/_ib_recheck.py) finds, and other netplan files of ib_interface.
+
+    The inventory's address and MTU are _ib's; the re-check adds the deployed prefix and the GID NCCL
+    will use, so its address problems count only where _ib found none (one problem, one line).
+    """
+    ib = raw.get("ib") or {}
+    host = node["host"]
+    recheck = ib.get("recheck") or {}
+    try:
+        result = json.loads((recheck.get("stdout") or "").strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        result = None
+    if not isinstance(result, dict):
+        reason = (recheck.get("stderr") or recheck.get("stdout") or "").strip() or "no output"
+        problems.append(
+            f"{host}: the link re-check did not run ({reason}). Fix: rerun the ray_cluster stage "
+            f"(`ansible-playbook deploy.yml --tags roce_network,ray_cluster`), which ships it to the node."
+        )
+        node["ib_recheck"] = None
+        return
+    node["nccl_gid_summary"] = result.get("nccl_gid_summary")
+    if result.get("error"):
+        found = list(result.get("problems") or [])
+    else:
+        found = list(result.get("gid_problems") or []) + (
+            list(result.get("address_problems") or []) if address_ok else []
+        )
+    found = [p.removeprefix(f"{_ib_recheck.PREFIX}: ") for p in found]
+    node["ib_recheck"] = found
+    problems.extend(found)
+    netplan = ib.get("netplan") or {}
+    node["netplan_conflicts"] = list(netplan.get("errors") or [])
+    problems.extend(f"{host}: {message}" for message in netplan.get("errors") or [])
 
 
 def _gpu(node: dict, raw: Mapping[str, Any], problems: list[str]) -> None:
@@ -353,7 +390,9 @@ def node_status(raw: Mapping[str, Any], ctx: Mapping[str, Any]) -> dict[str, Any
             f"check the node's Docker engine and systemd answer."
         )
     else:
+        before = len(problems)
         _ib(node, raw, problems)
+        _link_recheck(node, raw, problems, address_ok=len(problems) == before)
         _gpu(node, raw, problems)
         _memory(node, raw, ctx, problems)
         _units(node, raw, problems)

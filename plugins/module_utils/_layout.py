@@ -22,6 +22,8 @@ import hashlib
 import posixpath
 from typing import Any
 
+from ansible_collections.sparkops.vllm.plugins.module_utils._ib_recheck import BUNDLE as IB_RECHECK_BUNDLE
+
 PREFIX = "sparkops"
 CONFIG_ROOT = "/etc/sparkops"
 STATE_ROOT = "/var/lib/sparkops"
@@ -147,6 +149,11 @@ def layout(
         # huggingface_hub reads the file named by HF_TOKEN_PATH.
         "hf_token_file": f"{config_dir}/hf-token",
         "ray_firewall_script": f"{config_dir}/ray-firewall",
+        # The link re-check every Ray unit start runs (and status): module_utils/_ib_recheck.py
+        # and the files it imports, copied as a plain script.
+        "ib_recheck_dir": f"{config_dir}/ib-recheck",
+        "ib_recheck_bundle": list(IB_RECHECK_BUNDLE),
+        "ib_recheck_script": f"{config_dir}/ib-recheck/{IB_RECHECK_BUNDLE[0]}",
         "ray_firewall_chain": firewall_chain(cluster),
         # The comment on INPUT's jump to the chain (teardown finds a left-behind chain by it).
         "ray_firewall_comment": f"{PREFIX} {cluster} ray ports",

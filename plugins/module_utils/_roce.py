@@ -27,7 +27,10 @@ try:
         nccl_gids,
         pinned_gid_problems,
     )
-except ImportError:  # a plain module beside _nccl_gid.py (the lab's vLLM image ships both)
+except ImportError:  # a plain module beside _nccl_gid.py (the lab's vLLM image; _ib_recheck.BUNDLE on a node)
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from _nccl_gid import gid_summary, nccl_gids, pinned_gid_problems  # type: ignore[no-redef]
 
 # ---------------------------------------------------------------------------

@@ -158,7 +158,14 @@ def test_subnet_info_refuses_a_non_cidr(value):
 
 def test_filter_module_exports_the_documented_filters():
     filters = network.FilterModule().filters()
-    assert set(filters) == {"is_ip", "is_cidr", "ip_in_subnet", "subnet_info"}
+    assert set(filters) == {
+        "is_ip",
+        "is_cidr",
+        "ip_in_subnet",
+        "subnet_info",
+        "netplan_conflicts",
+        "netplan_management_problems",
+    }
 
 
 def test_every_filter_has_its_documentation_file():

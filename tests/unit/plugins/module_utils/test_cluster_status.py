@@ -7,11 +7,16 @@ The inputs are captures from a deployed two-node lab (tests/fixtures/cluster_sta
 
 import copy
 import json
+import sys
 
 import pytest
 from ansible_collections.sparkops.vllm.plugins.filter.cluster_status import FilterModule
 from ansible_collections.sparkops.vllm.plugins.module_utils import _cluster_status as status
+from ansible_collections.sparkops.vllm.plugins.module_utils import _ib_recheck
 from conftest import FIXTURES
+
+sys.path.insert(0, str(FIXTURES / "sysfs"))
+from sysfs_tree import add_device, v4_gid
 
 CAPTURES = FIXTURES / "cluster_status"
 FILTERS = FilterModule().filters()
@@ -111,6 +116,17 @@ GB10 = [
 ]
 
 
+def _recheck(host, ib_address, ip_json, sysfs_root="/nonexistent-sysfs", **network):
+    """What the Ray unit's re-check prints with --json on this node (the lab has no RDMA device)."""
+    record = dict(
+        {"interface": "enp1s0f1np1", "address": ib_address, "prefix": 24, "mtu": 9000, "env": {}}, **network
+    )
+    result = _ib_recheck.recheck(record, json.loads(ip_json), str(sysfs_root))
+    for key in ("problems", "address_problems", "gid_problems"):
+        result[key] = [f"sparkops ib recheck: {host}: {p}" for p in result[key]]
+    return {"rc": 1 if result["problems"] else 0, "stdout": json.dumps(result), "stderr": ""}
+
+
 def _node(host, role, ib_address, ip_json):
     unit = "head" if role == "head" else "worker"
     raw = {
@@ -124,6 +140,8 @@ def _node(host, role, ib_address, ip_json):
             "rc": 0,
             "stdout": ip_json,
             "stderr": "",
+            "recheck": _recheck(host, ib_address, ip_json),
+            "netplan": {"errors": [], "warnings": [], "definitions": []},
         },
         "gpu": {"failed": False, "msg": "", "driver_version": "580.95.05", "gpus": GB10, "consumers": []},
         "memory": {"failed": False, "msg": "", "memory": dict(MEMORY)},
@@ -508,3 +526,69 @@ def test_a_single_node_cluster_is_not_held_to_rdma():
     result = status.report(nodes, cluster, dict(settings, world_size=2, gpus_per_node=2))
     assert result["cluster"]["transport"]["enforced"] is False
     assert not [p for p in result["cluster"]["problems"] if "NCCL" in p]
+
+
+# -- the link re-check (module_utils/_ib_recheck.py) and other netplan files --------------
+
+
+def test_gid_drift_found_by_the_units_recheck_is_a_problem_with_its_fix(tmp_path):
+    nodes, cluster, settings = _healthy()
+    ll = "fe80:0000:0000:0000:4cbb:47ff:fe2c:1e06"
+    # A 169.254 pair below ib_address's: NCCL takes it (the first valid IPv4 RoCE v2 GID).
+    add_device(
+        tmp_path,
+        "rocep1s0f1",
+        "enp1s0f1np1",
+        [
+            (ll, "IB/RoCE v1", "enp1s0f1np1"),
+            (ll, "RoCE v2", "enp1s0f1np1"),
+            (v4_gid("169.254.9.9"), "IB/RoCE v1", "enp1s0f1np1"),
+            (v4_gid("169.254.9.9"), "RoCE v2", "enp1s0f1np1"),
+            (v4_gid("192.168.203.12"), "IB/RoCE v1", "enp1s0f1np1"),
+            (v4_gid("192.168.203.12"), "RoCE v2", "enp1s0f1np1"),
+        ],
+    )
+    nodes[0]["ib"]["recheck"] = _recheck(
+        "spark-1", "192.168.203.12", nodes[0]["ib"]["stdout"], sysfs_root=tmp_path
+    )
+    result = status.report(nodes, cluster, settings)
+    [problem] = result["nodes"][0]["problems"]
+    assert problem.startswith(
+        "spark-1: NCCL picks GID 3 on rocep1s0f1 port 1 (RoCE v2 169.254.9.9), not the RoCE v2 GID of ib_address "
+        "192.168.203.12. Fix: remove the other IPv4 address from enp1s0f1np1"
+    )
+    assert result["nodes"][1]["problems"] == []
+
+
+def test_an_address_problem_is_reported_once_and_a_prefix_drift_by_the_recheck():
+    nodes, cluster, settings = _healthy()
+    nodes[0]["ib"]["expected_address"] = "192.168.203.99"
+    nodes[0]["ib"]["recheck"] = _recheck("spark-1", "192.168.203.99", nodes[0]["ib"]["stdout"])
+    problems = status.report(nodes, cluster, settings)["nodes"][0]["problems"]
+    assert [p for p in problems if "not its ib_address" in p or "not ib_address" in p] == [
+        next(p for p in problems if "not its ib_address" in p)
+    ]
+    nodes, cluster, settings = _healthy()
+    nodes[1]["ib"]["recheck"] = _recheck("spark-2", "192.168.203.13", nodes[1]["ib"]["stdout"], prefix=16)
+    [problem] = status.report(nodes, cluster, settings)["nodes"][1]["problems"]
+    assert problem.startswith("spark-2: enp1s0f1np1 holds 192.168.203.13/24, the deployed prefix is /16.")
+
+
+def test_a_recheck_that_did_not_run_and_another_netplan_file_are_problems():
+    nodes, cluster, settings = _healthy()
+    nodes[0]["ib"]["recheck"] = {
+        "rc": 2,
+        "stdout": "",
+        "stderr": "/usr/bin/python3: can't open file '/etc/sparkops/lab/ib-recheck/_ib_recheck.py'",
+    }
+    nodes[1]["ib"]["netplan"] = {
+        "errors": ["/etc/netplan/40-cx7.yaml configures enp1s0f1np1 (...)"],
+        "warnings": [],
+    }
+    result = status.report(nodes, cluster, settings)
+    assert result["nodes"][0]["problems"][0].startswith(
+        "spark-1: the link re-check did not run (/usr/bin/python3: can't open file"
+    )
+    assert result["nodes"][1]["problems"] == [
+        "spark-2: /etc/netplan/40-cx7.yaml configures enp1s0f1np1 (...)"
+    ]
