@@ -147,6 +147,29 @@ def _number(value: Any) -> float | None:
     return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
 
 
+def plan_limit_bytes(doc: Mapping[str, Any] | None) -> int | None:
+    """The node's planned memory limit in bytes (the plan section's ``node.limit_gib``), or None.
+
+    The plan keeps the node's peak use (MemTotal less MemAvailable) under this limit: Ray's
+    memory monitor or earlyoom acts above it. A node whose MemAvailable falls under MemTotal
+    less this limit is past its plan; the watchdog and the monitoring alert both read it here.
+    """
+    plan = section(doc, "plan")
+    node = plan.get("node") if isinstance(plan.get("node"), Mapping) else {}
+    limit = _number(node.get("limit_gib"))
+    if limit is None or limit <= 0:
+        return None
+    return int(limit * (1 << 30))
+
+
+def memavailable_floor_bytes(doc: Mapping[str, Any] | None, mem_total_bytes: int) -> int | None:
+    """The MemAvailable under which the node is past its planned limit, or None without a plan."""
+    limit = plan_limit_bytes(doc)
+    if limit is None or mem_total_bytes <= 0:
+        return None
+    return max(0, int(mem_total_bytes) - limit)
+
+
 def cluster_plan(docs: Mapping[str, Mapping[str, Any] | None]) -> dict[str, Any]:
     """The deployed memory plan of the cluster, from every node's record, in the shape diagnose takes.
 

@@ -190,3 +190,25 @@ def test_diagnose_names_the_deployed_plans_peak_and_limit():
     report = _diagnose.diagnose_text(line, context={"memory_plan": record.cluster_plan(docs)})
     fixes = " ".join(finding["fix"] for finding in report["findings"])
     assert "peak 116.7 GiB over the limit 114.9 GiB on spark-1" in fixes
+
+
+@pytest.mark.parametrize(
+    ("node", "total", "limit", "floor"),
+    [
+        ({"limit_gib": 22.4}, 24 << 30, int(22.4 * (1 << 30)), (24 << 30) - int(22.4 * (1 << 30))),
+        ({"limit_gib": 110}, 100 << 30, 110 << 30, 0),
+        ({"limit_gib": 0}, 24 << 30, None, None),
+        ({"limit_gib": True}, 24 << 30, None, None),
+        ({"limit_gib": "22"}, 24 << 30, None, None),
+        ({}, 24 << 30, None, None),
+    ],
+)
+def test_plan_limit_and_memavailable_floor(node, total, limit, floor):
+    doc = {"schema": 1, "sections": {"plan": {"node": node}}}
+    assert record.plan_limit_bytes(doc) == limit
+    assert record.memavailable_floor_bytes(doc, total) == floor
+
+
+def test_memavailable_floor_without_a_record():
+    assert record.plan_limit_bytes(None) is None
+    assert record.memavailable_floor_bytes({}, 24 << 30) is None
