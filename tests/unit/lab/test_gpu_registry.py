@@ -142,3 +142,56 @@ def test_state_file_processes_and_records_are_both_listed(env, tmp_path):
         check=True,
     ).stdout
     assert out == f"1, 7\n{pid}, 512\n"
+
+
+# --- utilization and power follow the ranks' activity ---------------------------------------
+
+
+def power_utilization(env: dict, tmp_path: Path, *fmt: str, state: Path | None = None) -> str:
+    environ = dict(env, SPARKOPS_LAB_GPU_STATE=str(state or tmp_path / "no-state.json"))
+    return subprocess.run(
+        [sys.executable, str(SIMULATOR), "--query-gpu=power.draw,utilization.gpu", *fmt],
+        capture_output=True,
+        text=True,
+        env=environ,
+        check=True,
+    ).stdout
+
+
+@pytest.mark.parametrize(
+    ("generating", "expected"),
+    [
+        # idle: fixture 04's shape ("0 %, 11.17 W" on a real idle GB10)
+        (False, {"nounits": "11.00, 0\n", "units": "11.00 W, 0 %\n", "table": ("11W /  N/A", " 0% ")}),
+        (True, {"nounits": "34.00, 96\n", "units": "34.00 W, 96 %\n", "table": ("34W /  N/A", " 96% ")}),
+    ],
+)
+def test_power_and_utilization_follow_a_generating_record(env, tmp_path, generating, expected):
+    directory = Path(env["SPARKOPS_LAB_GPU_APPS_DIR"])
+    directory.mkdir()
+    pid = os.getpid()
+    record = {"starttime": starttime(pid), "used_memory_mib": 512, "generating": generating}
+    (directory / f"{pid}.json").write_text(json.dumps(record))
+    assert power_utilization(env, tmp_path, "--format=csv,noheader,nounits") == expected["nounits"]
+    assert power_utilization(env, tmp_path, "--format=csv,noheader") == expected["units"]
+    row = next(line for line in smi(env, tmp_path).splitlines() if "W / " in line)
+    assert all(cell in row for cell in expected["table"])
+
+
+def test_a_dead_generating_record_leaves_the_gpu_idle(env, tmp_path):
+    directory = Path(env["SPARKOPS_LAB_GPU_APPS_DIR"])
+    directory.mkdir()
+    pid = os.getpid()
+    record = {"starttime": "1", "used_memory_mib": 512, "generating": True}  # an earlier process
+    (directory / f"{pid}.json").write_text(json.dumps(record))
+    assert power_utilization(env, tmp_path, "--format=csv,noheader,nounits") == "11.00, 0\n"
+
+
+def test_state_file_processes_and_gpu_overrides_drive_the_activity(env, tmp_path):
+    state = tmp_path / "state.json"
+    gpu = {"index": 0, "uuid": "GPU-0", "power_w": 9.5, "busy_power_w": 80, "busy_utilization_pct": 71}
+    process = {"pid": 1, "process_name": "/sbin/init", "used_memory_mib": 7}
+    state.write_text(json.dumps({"gpus": [gpu], "processes": [process]}))
+    assert power_utilization(env, tmp_path, "--format=csv,noheader,nounits", state=state) == "9.50, 0\n"
+    state.write_text(json.dumps({"gpus": [gpu], "processes": [process | {"generating": True}]}))
+    assert power_utilization(env, tmp_path, "--format=csv,noheader,nounits", state=state) == "80.00, 71\n"

@@ -85,6 +85,8 @@ def env(tmp_path: Path) -> dict:
             "HF_HOME",
             "HF_HUB_CACHE",
             "SPARKOPS_LAB_VLLM_VERSION",
+            "SPARKOPS_LAB_VLLM_TOKEN_S",
+            "SPARKOPS_LAB_VLLM_FREEZE_MAX_S",
         )
     }
     clean["SPARKOPS_LAB_MEMINFO"] = str(
@@ -93,6 +95,8 @@ def env(tmp_path: Path) -> dict:
     clean["PYTHONUNBUFFERED"] = "1"
     # The ranks' records for the simulated GPU (lab/nvidia-smi) stay in the test's directory.
     clean["SPARKOPS_LAB_GPU_APPS_DIR"] = str(tmp_path / "gpu-apps")
+    # The freeze switch stays in the test's directory too (the stand-in removes it at start).
+    clean["SPARKOPS_LAB_VLLM_FREEZE_FILE"] = str(tmp_path / "sparkops-lab-vllm-freeze")
     return clean
 
 
