@@ -46,6 +46,11 @@ def monitoring_plan_textfile(record_text, cluster):
     return _monitoring.plan_textfile(cluster, record.load(record_text))
 
 
+def monitoring_hostport(address, port):
+    """``address:port``, an IPv6 address in brackets."""
+    return _monitoring.hostport(str(address), int(port))
+
+
 class FilterModule:
     """sparkops.vllm monitoring filters."""
 
@@ -53,4 +58,5 @@ class FilterModule:
         return {
             "monitoring_scrape_config": monitoring_scrape_config,
             "monitoring_plan_textfile": monitoring_plan_textfile,
+            "monitoring_hostport": monitoring_hostport,
         }

@@ -38,7 +38,8 @@ def _is_unspecified(address: str) -> bool:
         return False
 
 
-def _hostport(address: str, port: int) -> str:
+def hostport(address: str, port: int) -> str:
+    """``address:port``, an IPv6 address in brackets (Prometheus's and the node exporter's listen form)."""
     try:
         if ipaddress.ip_address(address).version == 6:
             return f"[{address}]:{int(port)}"
@@ -98,7 +99,7 @@ def scrape_config(
         )
 
     def group(host: str, address: str, port: int) -> dict[str, Any]:
-        return {"targets": [_hostport(address, port)], "labels": {"node": host, "cluster": cluster}}
+        return {"targets": [hostport(address, port)], "labels": {"node": host, "cluster": cluster}}
 
     vllm_address = serve_target(serve_host, nodes[head], prometheus_on_head=prometheus_host == head)
     hosts = sorted(nodes)

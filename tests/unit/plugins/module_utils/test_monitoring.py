@@ -5,6 +5,7 @@ import json
 import pytest
 from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkops.vllm.plugins.filter.monitoring import (
+    monitoring_hostport,
     monitoring_plan_textfile,
     monitoring_scrape_config,
 )
@@ -190,3 +191,11 @@ def test_an_exception_the_scrape_holds_is_stale():
     got = _monitoring.missing_metrics({"a"}, ["a", "g"], {"g": "not in the lab"})
     assert got["ok"] is False
     assert got["stale_exceptions"] == ["g"]
+
+
+@pytest.mark.parametrize(
+    ("address", "port", "want"),
+    [("192.168.200.12", 9100, "192.168.200.12:9100"), ("fd00::1", "9090", "[fd00::1]:9090"), ("spark-1", 1, "spark-1:1")],
+)
+def test_hostport(address, port, want):
+    assert monitoring_hostport(address, port) == want
