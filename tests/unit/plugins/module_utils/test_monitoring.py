@@ -195,7 +195,11 @@ def test_an_exception_the_scrape_holds_is_stale():
 
 @pytest.mark.parametrize(
     ("address", "port", "want"),
-    [("192.168.200.12", 9100, "192.168.200.12:9100"), ("fd00::1", "9090", "[fd00::1]:9090"), ("spark-1", 1, "spark-1:1")],
+    [
+        ("192.168.200.12", 9100, "192.168.200.12:9100"),
+        ("fd00::1", "9090", "[fd00::1]:9090"),
+        ("spark-1", 1, "spark-1:1"),
+    ],
 )
 def test_hostport(address, port, want):
     assert monitoring_hostport(address, port) == want
