@@ -49,7 +49,14 @@ def rendered(tmp_path_factory):
         "__monitoring_record": {"content": base64.b64encode(json.dumps(RECORD).encode()).decode()},
     }
     result = subprocess.run(
-        [str(ANSIBLE_PLAYBOOK), "-i", str(ROOT / "inventory" / "lab"), str(playbook), "-e", json.dumps(extra)],
+        [
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            str(ROOT / "inventory" / "lab"),
+            str(playbook),
+            "-e",
+            json.dumps(extra),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -68,7 +75,9 @@ def test_the_scrape_config_passes_promtool(rendered, tmp_path):
     checked.write_text(yaml.safe_dump(config))
     promtool = shutil.which("promtool")
     assert promtool, "promtool is not installed: run scripts/setup"
-    result = subprocess.run([promtool, "check", "config", str(checked)], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [promtool, "check", "config", str(checked)], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     targets = {
         job["job_name"]: [t for group in job["static_configs"] for t in group["targets"]]
