@@ -36,6 +36,15 @@ LAUNCH_SCRIPT_MOUNT = "/opt/sparkops/launch.sh"
 # ray_non_carry_over_env_vars.json there (vllm/ray/ray_env.py) and writes its usage stats.
 VLLM_CONFIG_MOUNT = "/opt/sparkops/vllm-config"
 MODEL_SYNC_CONFIG_DIR = f"{CONFIG_ROOT}/model-sync"
+# Debian's prometheus-node-exporter 1.5.0 reads textfiles there by default (its
+# --collector.textfile.directory default, `prometheus-node-exporter --help`); the monitoring
+# stage also passes it explicitly. The watchdog writes its metrics there too.
+NODE_EXPORTER_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+# Debian's prometheus 2.42 package: its units read ARGS from these files
+# (/lib/systemd/system/prometheus.service, prometheus-node-exporter.service).
+PROMETHEUS_DIR = "/etc/prometheus"
+PROMETHEUS_DEFAULTS = "/etc/default/prometheus"
+NODE_EXPORTER_DEFAULTS = "/etc/default/prometheus-node-exporter"
 # iptables chain names hold at most 28 characters (xtables XT_EXTENSION_MAXNAMELEN 29
 # with its NUL); "SPARKOPS-RAY-" leaves 15 for the cluster's name.
 _CHAIN_PREFIX = "SPARKOPS-RAY-"
@@ -174,6 +183,14 @@ def layout(
         "ssh_known_hosts": f"/root/.ssh/{PREFIX}_{cluster}_known_hosts",
         "ssh_key_comment": base,
         "support_bundle_prefix": f"{base}-",
+        # The monitoring stage (roles/monitoring): node exporter's textfile directory, the node's
+        # plan textfile in it, and Prometheus's own config and rules of this cluster.
+        "node_exporter_textfile_dir": NODE_EXPORTER_TEXTFILE_DIR,
+        "plan_textfile": f"{NODE_EXPORTER_TEXTFILE_DIR}/{base}-plan.prom",
+        "node_exporter_defaults": NODE_EXPORTER_DEFAULTS,
+        "prometheus_defaults": PROMETHEUS_DEFAULTS,
+        "prometheus_config": f"{PROMETHEUS_DIR}/{base}.yml",
+        "prometheus_rules": f"{PROMETHEUS_DIR}/{base}-rules.yml",
     }
     if role is not None:
         result["role"] = role

@@ -138,3 +138,13 @@ def test_the_filter_raises_a_filter_error():
     with pytest.raises(AnsibleFilterError, match="layout: ray_cluster_state_dir"):
         layout_filter("lab", state_dir="x")
     assert layout_filter("lab", role="head")["ray_unit"] == "sparkops-lab-ray-head"
+
+
+def test_monitoring_paths():
+    got = _layout.layout("lab")
+    assert got["node_exporter_textfile_dir"] == "/var/lib/prometheus/node-exporter"
+    assert got["plan_textfile"] == "/var/lib/prometheus/node-exporter/sparkops-lab-plan.prom"
+    assert got["node_exporter_defaults"] == "/etc/default/prometheus-node-exporter"
+    assert got["prometheus_defaults"] == "/etc/default/prometheus"
+    assert got["prometheus_config"] == "/etc/prometheus/sparkops-lab.yml"
+    assert got["prometheus_rules"] == "/etc/prometheus/sparkops-lab-rules.yml"
