@@ -76,14 +76,20 @@ def scrape_config(
     prometheus_host: str,
     serve_host: str,
     serve_port: int,
-    ray_metrics_port: int,
+    ray_metrics_port: int | None,
     node_exporter_port: int,
     scrape_interval: str,
     rule_files: Iterable[str],
 ) -> dict[str, Any]:
     """Prometheus's configuration: one job per source, each target labelled ``node`` and ``cluster``.
 
-    ``nodes`` maps every inventory host of the cluster to its ib address.
+    ``nodes`` maps every inventory host of the cluster to its ib address. ``ray_metrics_port``
+    None leaves Ray's job out: Ray serves its metrics export port only from the dashboard
+    agent's reporter module, which imports ray[default]'s dependencies (opencensus,
+    prometheus_client, opentelemetry: ray 2.60.0 ``ray/dashboard/modules/reporter/reporter_agent.py``
+    lines 13-22, the MetricsAgent at 533-556), and vLLM's CUDA image installs ``ray[cgraph]``
+    only (vLLM 0.17.1 ``requirements/cuda.txt``): its agent loads no module and the port
+    stays closed (the lab's dashboard_agent.log: "Available modules: []").
     """
     if not nodes:
         raise MonitoringError("the cluster has no node; the inventory's cluster group is empty")
@@ -116,11 +122,17 @@ def scrape_config(
                 "metrics_path": "/metrics",
                 "static_configs": [group(head, vllm_address, serve_port)],
             },
-            {
-                "job_name": "ray",
-                "metrics_path": "/metrics",
-                "static_configs": [group(host, nodes[host], ray_metrics_port) for host in hosts],
-            },
+            *(
+                [
+                    {
+                        "job_name": "ray",
+                        "metrics_path": "/metrics",
+                        "static_configs": [group(host, nodes[host], ray_metrics_port) for host in hosts],
+                    }
+                ]
+                if ray_metrics_port is not None
+                else []
+            ),
             {
                 "job_name": "node",
                 "metrics_path": "/metrics",
