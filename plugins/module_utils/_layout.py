@@ -23,12 +23,14 @@ import posixpath
 from typing import Any
 
 from ansible_collections.sparkops.vllm.plugins.module_utils._ib_recheck import BUNDLE as IB_RECHECK_BUNDLE
+from ansible_collections.sparkops.vllm.plugins.module_utils._watchdog_tick import BUNDLE as WATCHDOG_BUNDLE
 
 PREFIX = "sparkops"
 CONFIG_ROOT = "/etc/sparkops"
 STATE_ROOT = "/var/lib/sparkops"
 # model_sync_progress_dir's default: the head's progress logs of the copies.
 LOG_ROOT = "/var/log/sparkops"
+NODE_EXPORTER_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 UNIT_DIR = "/etc/systemd/system"
 # Where the serve container sees the launch script (the unit mounts it read-only).
 LAUNCH_SCRIPT_MOUNT = "/opt/sparkops/launch.sh"
@@ -174,6 +176,19 @@ def layout(
         "ssh_known_hosts": f"/root/.ssh/{PREFIX}_{cluster}_known_hosts",
         "ssh_key_comment": base,
         "support_bundle_prefix": f"{base}-",
+        # The watchdog on the head (roles/watchdog): its program and the files it imports,
+        # its config (rendered by the role), its state, and its support bundles (0700).
+        "watchdog_dir": f"{config_dir}/watchdog",
+        "watchdog_bundle": list(WATCHDOG_BUNDLE),
+        "watchdog_program": f"{config_dir}/watchdog/{WATCHDOG_BUNDLE[0]}",
+        "watchdog_config": f"{config_dir}/watchdog.json",
+        "watchdog_state_dir": f"{state}/watchdog",
+        "watchdog_state_file": f"{state}/watchdog/state.json",
+        "watchdog_bundle_dir": f"{state}/watchdog/bundles",
+        # Debian's prometheus-node-exporter textfile collector directory (its
+        # --collector.textfile.directory default in the Debian package).
+        "node_exporter_textfile_dir": NODE_EXPORTER_TEXTFILE_DIR,
+        "watchdog_textfile": f"{NODE_EXPORTER_TEXTFILE_DIR}/{base}-watchdog.prom",
     }
     if role is not None:
         result["role"] = role
