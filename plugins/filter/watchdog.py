@@ -1,0 +1,32 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+"""The watchdog's config (plugins/module_utils/_watchdog_config.py), as a filter."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkops.vllm.plugins.module_utils import _watchdog_config
+
+
+def watchdog_config(cluster, *, head, workers, layout_settings, records, mem_total_bytes, settings):
+    """The JSON config the watchdog's program reads on the head."""
+    try:
+        return _watchdog_config.build(
+            cluster,
+            head=head,
+            workers=workers,
+            layout_settings=dict(layout_settings or {}),
+            records=records,
+            mem_total_bytes=mem_total_bytes,
+            settings=settings,
+        )
+    except (_watchdog_config.WatchdogConfigError, KeyError, TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"watchdog_config: {exc}") from exc
+
+
+class FilterModule:
+    """sparkops.vllm watchdog filter."""
+
+    def filters(self):
+        return {"watchdog_config": watchdog_config}
