@@ -9,16 +9,14 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkops.vllm.plugins.module_utils import _watchdog_config
 
 
-def watchdog_config(cluster, *, head, workers, layout_settings, records, mem_total_bytes, settings):
+def watchdog_config(cluster, *, head, nodes, layout_settings, settings):
     """The JSON config the watchdog's program reads on the head."""
     try:
         return _watchdog_config.build(
             cluster,
             head=head,
-            workers=workers,
+            nodes=list(nodes),
             layout_settings=dict(layout_settings or {}),
-            records=records,
-            mem_total_bytes=mem_total_bytes,
             settings=settings,
         )
     except (_watchdog_config.WatchdogConfigError, KeyError, TypeError, ValueError) as exc:

@@ -379,3 +379,69 @@ def textfile(cluster: str, state: Mapping[str, Any], now: float) -> str:
         for scope in SCOPES
     ]
     return "\n".join(lines) + "\n"
+
+
+RUNBOOK = "docs/runbooks/watchdog.md"
+
+
+def summary(status_text: str | None, timer_state: str | None, now: float) -> dict[str, Any]:
+    """What ``status`` and ``sparkops watchdog status`` show, from the program's ``status``
+    JSON and ``systemctl is-active`` of the timer: ``state`` (not installed / disabled /
+    enabled / paused / gave up), the reason and bundle of a give-up, the last tick, the
+    restarts in the window, and ``problems`` (a give-up is one; a corrupt state file too)."""
+    out: dict[str, Any] = {
+        "state": "not installed",
+        "timer": timer_state,
+        "paused_reason": None,
+        "gave_up_reason": None,
+        "bundle": None,
+        "last_tick": None,
+        "last_tick_age_s": None,
+        "last_decision": None,
+        "restarts_in_window": 0,
+        "problems": [],
+    }
+    if not status_text:
+        return out
+    try:
+        doc = json.loads(status_text)
+        state = doc["state"]
+    except (ValueError, KeyError, TypeError):
+        out["problems"].append(f"watchdog: its status is unreadable: {str(status_text)[:200]!r}")
+        return out
+    if doc.get("state_note"):
+        out["problems"].append(f"watchdog: {doc['state_note']} ({doc.get('state_file')})")
+    out["last_tick"] = state.get("last_tick")
+    if isinstance(out["last_tick"], (int, float)):
+        out["last_tick_age_s"] = round(now - out["last_tick"], 1)
+    out["last_decision"] = state.get("last_decision")
+    out["restarts_in_window"] = len(state.get("restarts") or [])
+    out["bundle"] = (state.get("episode") or {}).get("bundle")
+    if state.get("gave_up"):
+        out["state"] = "gave up"
+        out["gave_up_reason"] = state["gave_up"].get("reason")
+        out["bundle"] = state["gave_up"].get("bundle") or out["bundle"]
+        out["problems"].append(
+            f"watchdog: gave up: {out['gave_up_reason']} Support bundle: {out['bundle'] or 'none captured'}. "
+            f"Fix: {RUNBOOK} (find the cause, then `sparkops watchdog resume`)."
+        )
+    elif state.get("paused"):
+        out["state"] = "paused"
+        out["paused_reason"] = state.get("paused_reason")
+    elif timer_state == "active":
+        out["state"] = "enabled"
+    else:
+        out["state"] = "disabled"
+    return out
+
+
+def summary_line(summary_doc: Mapping[str, Any]) -> str:
+    """One line for the status table and the CLI."""
+    line = f"Watchdog: {summary_doc.get('state')}"
+    if summary_doc.get("paused_reason"):
+        line += f" ({summary_doc['paused_reason']})"
+    if summary_doc.get("gave_up_reason"):
+        line += f" ({summary_doc['gave_up_reason']} Bundle: {summary_doc.get('bundle') or 'none'})"
+    if summary_doc.get("last_tick_age_s") is not None:
+        line += f"; last tick {summary_doc['last_tick_age_s']:g} s ago ({summary_doc.get('last_decision')})"
+    return line + f"; {summary_doc.get('restarts_in_window', 0)} restart(s) in the window"
