@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.sparkops.vllm.plugins.module_utils import _watchdog_config
+from ansible_collections.sparkops.vllm.plugins.module_utils import _watchdog, _watchdog_config
 
 
 def watchdog_config(cluster, *, head, nodes, layout_settings, settings):
@@ -23,8 +23,14 @@ def watchdog_config(cluster, *, head, nodes, layout_settings, settings):
         raise AnsibleFilterError(f"watchdog_config: {exc}") from exc
 
 
+def watchdog_summary(status_text, *, timer, now):
+    """The watchdog's state as status shows it: ``line`` and the summary's fields."""
+    doc = _watchdog.summary(status_text or None, timer or None, float(now))
+    return dict(doc, line=_watchdog.summary_line(doc))
+
+
 class FilterModule:
     """sparkops.vllm watchdog filter."""
 
     def filters(self):
-        return {"watchdog_config": watchdog_config}
+        return {"watchdog_config": watchdog_config, "watchdog_summary": watchdog_summary}
