@@ -23,7 +23,6 @@ import posixpath
 from typing import Any
 
 from ansible_collections.sparkops.vllm.plugins.module_utils._ib_recheck import BUNDLE as IB_RECHECK_BUNDLE
-from ansible_collections.sparkops.vllm.plugins.module_utils._watchdog_tick import BUNDLE as WATCHDOG_BUNDLE
 
 PREFIX = "sparkops"
 CONFIG_ROOT = "/etc/sparkops"
@@ -31,6 +30,19 @@ STATE_ROOT = "/var/lib/sparkops"
 # model_sync_progress_dir's default: the head's progress logs of the copies.
 LOG_ROOT = "/var/log/sparkops"
 NODE_EXPORTER_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+# The watchdog's program (plugins/module_utils/_watchdog_tick.py, first) and every file it
+# imports, shipped beside it as plain files (tests/unit/plugins/module_utils/test_watchdog_tick.py
+# runs the copy without Ansible).
+WATCHDOG_BUNDLE = (
+    "_watchdog_tick.py",
+    "_watchdog.py",
+    "_prometheus_text.py",
+    "_meminfo.py",
+    "_nvidia_smi.py",
+    "_support_bundle.py",
+    "_redact.py",
+    "_safe_read.py",
+)
 UNIT_DIR = "/etc/systemd/system"
 # Where the serve container sees the launch script (the unit mounts it read-only).
 LAUNCH_SCRIPT_MOUNT = "/opt/sparkops/launch.sh"

@@ -25,7 +25,7 @@ import time
 
 try:
     from ansible_collections.sparkops.vllm.plugins.module_utils import _redact, _safe_read
-except ImportError:  # the watchdog's program imports it as a plain file beside it (_watchdog_tick.BUNDLE)
+except ImportError:  # the watchdog's program imports it as a plain file (the layout's watchdog_bundle)
     import sys
 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -2,8 +2,8 @@
 # Copyright: sparkops.vllm contributors
 """The watchdog's tick on the head: observe, decide (``_watchdog.tick``), act, record.
 
-Shipped to the head as a plain script with :data:`BUNDLE` beside it (the watchdog role
-copies them into the layout's ``watchdog_dir``) and run by the watchdog's oneshot service
+Shipped to the head as a plain script with the files it imports beside it (the layout's
+``watchdog_bundle``; the watchdog role copies them into ``watchdog_dir``) and run by the watchdog's oneshot service
 with the host's python3: stdlib only, no Ansible. Its one argument is the JSON config the
 role renders (``--config``); no secret is ever on its command line: the canary's API key
 is read from serve's secrets env file at run time, and never written anywhere.
@@ -59,7 +59,7 @@ try:
         _support_bundle,
         _watchdog,
     )
-except ImportError:  # run as a plain script, with the BUNDLE files beside it
+except ImportError:  # run as a plain script, with the layout's watchdog_bundle beside it
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import _meminfo  # type: ignore[no-redef]
     import _nvidia_smi  # type: ignore[no-redef]
@@ -68,16 +68,6 @@ except ImportError:  # run as a plain script, with the BUNDLE files beside it
     import _support_bundle  # type: ignore[no-redef]
     import _watchdog  # type: ignore[no-redef]
 
-BUNDLE = (
-    "_watchdog_tick.py",
-    "_watchdog.py",
-    "_prometheus_text.py",
-    "_meminfo.py",
-    "_nvidia_smi.py",
-    "_support_bundle.py",
-    "_redact.py",
-    "_safe_read.py",
-)
 JOURNAL_PREFIX = "sparkops watchdog"
 SEPARATOR = "----sparkops-watchdog----"
 # One shell line per node and tick, the same on the head and (through ssh) on a worker:

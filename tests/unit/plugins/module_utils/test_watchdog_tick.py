@@ -8,6 +8,7 @@ import sys
 import tarfile
 
 import pytest
+from ansible_collections.sparkops.vllm.plugins.module_utils import _layout
 from ansible_collections.sparkops.vllm.plugins.module_utils import _prometheus_text as pt
 from ansible_collections.sparkops.vllm.plugins.module_utils import _watchdog as wd
 from ansible_collections.sparkops.vllm.plugins.module_utils import _watchdog_tick as prog
@@ -254,7 +255,7 @@ def test_config_problems(config):
 
 
 def test_the_bundle_runs_as_a_plain_script_without_ansible(tmp_path):
-    for name in prog.BUNDLE:
+    for name in _layout.WATCHDOG_BUNDLE:
         shutil.copy(ROOT / "plugins" / "module_utils" / name, tmp_path / name)
     (tmp_path / "config.json").write_text("{}")
     done = subprocess.run(
