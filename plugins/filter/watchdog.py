@@ -9,14 +9,16 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.sparkops.vllm.plugins.module_utils import _watchdog, _watchdog_config
 
 
-def watchdog_config(cluster, *, head, nodes, layout_settings, settings):
+def watchdog_config(cluster, *, head, nodes, layout, head_units, worker_units, settings):
     """The JSON config the watchdog's program reads on the head."""
     try:
         return _watchdog_config.build(
             cluster,
             head=head,
             nodes=list(nodes),
-            layout_settings=dict(layout_settings or {}),
+            layout=dict(layout),
+            head_units=list(head_units),
+            worker_units=list(worker_units),
             settings=settings,
         )
     except (_watchdog_config.WatchdogConfigError, KeyError, TypeError, ValueError) as exc:

@@ -4,7 +4,7 @@
 
 The program on the head (``_watchdog_tick.py``) reads it; nothing in it is secret (the
 API key stays in serve's secrets file, which the config names). Every name and path comes
-from the layout; each node's units are its layout ``node_units`` (stop order), and each
+from the layout the role passes; each node's units are its layout ``node_units`` (stop order), and each
 node's MemAvailable floor is ``_deployed_record.memavailable_floor_bytes`` of its
 deployed record and its MemTotal (``memory_info``).
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record, _layout, _watchdog
+from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record, _watchdog
 
 
 class WatchdogConfigError(ValueError):
@@ -39,11 +39,15 @@ def build(
     *,
     head: str,
     nodes: Sequence[Mapping[str, Any]],
-    layout_settings: Mapping[str, Any],
+    layout: Mapping[str, Any],
+    head_units: Sequence[str],
+    worker_units: Sequence[str],
     settings: Mapping[str, Any],
 ) -> dict[str, Any]:
     """``head``: the head's inventory name; ``nodes``: every node of the cluster as
     ``{"name", "ib", "record" (its deployed record's text), "mem_total_bytes"}``;
+    ``layout``: the cluster's layout; ``head_units``/``worker_units``: the layout's
+    ``node_units`` with ``role=head``/``worker`` (stop order);
     ``settings``: the role's values (roles/watchdog/vars/main.yml ``_watchdog_settings``)."""
     by_name = {str(n.get("name")): n for n in nodes}
     if head not in by_name:
@@ -53,9 +57,7 @@ def build(
     for node in nodes:
         if not node.get("name") or not node.get("ib"):
             raise WatchdogConfigError(f"node {node.get('name')!r} has no name or ib address")
-    whole = _layout.layout(cluster, **layout_settings)
-    head_layout = _layout.layout(cluster, role="head", **layout_settings)
-    worker_layout = _layout.layout(cluster, role="worker", **layout_settings)
+    whole = layout
     try:
         thresholds = {
             "frozen_ticks": int(settings["frozen_ticks"]),
@@ -84,9 +86,9 @@ def build(
         raise WatchdogConfigError(str(exc)) from exc
     return {
         "cluster": cluster,
-        "head": {"name": head, "ib": head_node["ib"], "units": list(head_layout["node_units"])},
+        "head": {"name": head, "ib": head_node["ib"], "units": list(head_units)},
         "workers": [
-            {"name": w["name"], "ib": w["ib"], "units": list(worker_layout["node_units"])} for w in workers
+            {"name": w["name"], "ib": w["ib"], "units": list(worker_units)} for w in workers
         ],
         "endpoint": f"http://127.0.0.1:{serve_port}",
         "served_model_name": str(settings["served_model_name"]),
