@@ -87,9 +87,7 @@ def build(
     return {
         "cluster": cluster,
         "head": {"name": head, "ib": head_node["ib"], "units": list(head_units)},
-        "workers": [
-            {"name": w["name"], "ib": w["ib"], "units": list(worker_units)} for w in workers
-        ],
+        "workers": [{"name": w["name"], "ib": w["ib"], "units": list(worker_units)} for w in workers],
         "endpoint": f"http://127.0.0.1:{serve_port}",
         "served_model_name": str(settings["served_model_name"]),
         "canary_prompt": str(settings["canary_prompt"]),
