@@ -32,7 +32,7 @@ def monitoring_scrape_config(
             prometheus_host=prometheus_host,
             serve_host=serve_host,
             serve_port=int(serve_port),
-            ray_metrics_port=int(ray_metrics_port),
+            ray_metrics_port=None if ray_metrics_port in (None, "") else int(ray_metrics_port),
             node_exporter_port=int(node_exporter_port),
             scrape_interval=str(scrape_interval),
             rule_files=list(rule_files or []),

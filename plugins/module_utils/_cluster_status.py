@@ -16,7 +16,7 @@ from typing import Any
 
 from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record as deployed_record
 from ansible_collections.sparkops.vllm.plugins.module_utils import _nccl_transport as nccl_transport
-from ansible_collections.sparkops.vllm.plugins.module_utils import _ib_recheck
+from ansible_collections.sparkops.vllm.plugins.module_utils import _ib_recheck, _watchdog
 
 GIB = 1024**3
 
@@ -459,6 +459,11 @@ def cluster_status(raw: Mapping[str, Any], ctx: Mapping[str, Any]) -> dict[str, 
             f"cluster: Ray could not be asked for its nodes on the head ({(ray.get('msg') or '').strip() or 'no answer'})."
             f" Fix: start the head's Ray unit; status cannot tell which nodes Ray counts until it answers."
         )
+    watchdog = raw.get("watchdog") or {}
+    record["watchdog"] = _watchdog.summary(
+        watchdog.get("status") or None, watchdog.get("timer") or None, float(watchdog.get("now") or 0)
+    )
+    problems.extend(record["watchdog"]["problems"])
     record["problems"] = problems
     record["healthy"] = not problems
     return record
@@ -587,6 +592,8 @@ def table(result: Mapping[str, Any]) -> list[str]:
     transport = cluster.get("transport") or {}
     if transport.get("ranks") or transport.get("enforced"):
         lines.append(transport["summary"])
+    if (cluster.get("watchdog") or {}).get("state", "not installed") != "not installed":
+        lines.append(_watchdog.summary_line(cluster["watchdog"]))
     if result.get("healthy"):
         lines.append("Healthy: every node and the endpoint.")
     else:

@@ -29,6 +29,19 @@ CONFIG_ROOT = "/etc/sparkops"
 STATE_ROOT = "/var/lib/sparkops"
 # model_sync_progress_dir's default: the head's progress logs of the copies.
 LOG_ROOT = "/var/log/sparkops"
+# The watchdog's program (plugins/module_utils/_watchdog_tick.py, first) and every file it
+# imports, shipped beside it as plain files (tests/unit/plugins/module_utils/test_watchdog_tick.py
+# runs the copy without Ansible).
+WATCHDOG_BUNDLE = (
+    "_watchdog_tick.py",
+    "_watchdog.py",
+    "_prometheus_text.py",
+    "_meminfo.py",
+    "_nvidia_smi.py",
+    "_support_bundle.py",
+    "_redact.py",
+    "_safe_read.py",
+)
 UNIT_DIR = "/etc/systemd/system"
 # Where the serve container sees the launch script (the unit mounts it read-only).
 LAUNCH_SCRIPT_MOUNT = "/opt/sparkops/launch.sh"
@@ -191,6 +204,16 @@ def layout(
         "prometheus_defaults": PROMETHEUS_DEFAULTS,
         "prometheus_config": f"{PROMETHEUS_DIR}/{base}.yml",
         "prometheus_rules": f"{PROMETHEUS_DIR}/{base}-rules.yml",
+        # The watchdog on the head (roles/watchdog): its program and the files it imports,
+        # its config (rendered by the role), its state, and its support bundles (0700).
+        "watchdog_dir": f"{config_dir}/watchdog",
+        "watchdog_bundle": list(WATCHDOG_BUNDLE),
+        "watchdog_program": f"{config_dir}/watchdog/{WATCHDOG_BUNDLE[0]}",
+        "watchdog_config": f"{config_dir}/watchdog.json",
+        "watchdog_state_dir": f"{state}/watchdog",
+        "watchdog_state_file": f"{state}/watchdog/state.json",
+        "watchdog_bundle_dir": f"{state}/watchdog/bundles",
+        "watchdog_textfile": f"{NODE_EXPORTER_TEXTFILE_DIR}/{base}-watchdog.prom",
     }
     if role is not None:
         result["role"] = role

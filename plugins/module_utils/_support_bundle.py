@@ -23,7 +23,14 @@ import subprocess
 import tarfile
 import time
 
-from ansible_collections.sparkops.vllm.plugins.module_utils import _redact, _safe_read
+try:
+    from ansible_collections.sparkops.vllm.plugins.module_utils import _redact, _safe_read
+except ImportError:  # the watchdog's program imports it as a plain file (the layout's watchdog_bundle)
+    import sys
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import _redact  # type: ignore[no-redef]
+    import _safe_read  # type: ignore[no-redef]
 
 # One redaction for the bundle and the CLI (module_utils/_redact.py).
 REDACTED = _redact.REDACTED

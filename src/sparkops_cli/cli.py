@@ -33,7 +33,10 @@ COMMANDS = {
     "teardown": "stop and remove the cluster's units and containers (model and image kept unless asked)",
     "fabric": "qualify the RoCE fabric: ib_write_bw per HCA between every pair of nodes and an all-reduce "
     "in the deployed image, against thresholds; fails when a test fails",
+    "watchdog": "the watchdog on the head: status (enabled, paused or gave up, with the reason and the "
+    "support bundle), pause, or resume (which also clears a 'gave up'); docs/runbooks/watchdog.md",
 }
+WATCHDOG_ACTIONS = ("status", "pause", "resume")
 
 EXIT_CODES = f"""exit codes:
   {EXIT_OK}    ok: every task ok, nothing changed (in check mode: nothing would change)
@@ -119,6 +122,15 @@ def build_parser() -> Parser:
                 metavar="FILE",
                 help="with FILE arguments: JSON context for the diagnosis (hosts, memory_plan)",
             )
+        if name == "watchdog":
+            child.add_argument(
+                "action",
+                choices=WATCHDOG_ACTIONS,
+                help="what to do (default: status)",
+                nargs="?",
+                default="status",
+            )
+            child.add_argument("--reason", metavar="TEXT", help="with pause: the reason status shows")
     add_logs_parser(sub)
     return parser
 
@@ -220,8 +232,20 @@ def logs_command(args: argparse.Namespace, parser: Parser) -> int:
     return logs.stream_logs(nodes, redact, since=args.since, lines=lines, follow=args.follow)
 
 
+def watchdog_extra_vars(args: argparse.Namespace, parser: Parser) -> list[str]:
+    """The -e values of ``sparkops watchdog ACTION [--reason TEXT]`` for playbooks/watchdog_control.yml."""
+    if args.reason is not None and args.action != "pause":
+        parser.error("--reason applies to `sparkops watchdog pause` only")
+    values = {"watchdog_command": args.action}
+    if args.reason is not None:
+        values["watchdog_pause_reason"] = args.reason
+    return [json.dumps(values)]
+
+
 def redacted_argv(args: argparse.Namespace, extra_display: list[str]) -> list[str]:
     argv = ["sparkops", args.command]
+    if args.command == "watchdog":
+        argv.append(args.action)
     for path in args.inventory:
         argv += ["-i", path]
     if args.check:
@@ -301,6 +325,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return diagnose_files(args, parser)
     if getattr(args, "context", None):
         parser.error("--context applies to diagnose FILE... only")
+    if args.command == "watchdog":
+        # After the user's -e: the action given as a word wins.
+        args.extra_vars = [*args.extra_vars, *watchdog_extra_vars(args, parser)]
 
     from sparkops_cli.run import PlaybookRun, default_run_dir, prepare_run_dir  # noqa: PLC0415
 

@@ -27,6 +27,7 @@ PLAYBOOKS = {
     "restart": "playbooks/restart.yml",
     "teardown": "playbooks/teardown.yml",
     "fabric": "playbooks/fabric_check.yml",
+    "watchdog": "playbooks/watchdog_control.yml",
 }
 
 

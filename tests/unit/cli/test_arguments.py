@@ -100,3 +100,32 @@ def test_fabric_writes_its_report_into_the_run_directory(tmp_path):
     }
     args = cli.build_parser().parse_args(["fabric", "--check", "-i", "hosts.yml"])
     assert (args.command, args.check, args.inventory) == ("fabric", True, ["hosts.yml"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "values"),
+    [
+        (["watchdog"], {"watchdog_command": "status"}),
+        (["watchdog", "status"], {"watchdog_command": "status"}),
+        (["watchdog", "resume", "--check"], {"watchdog_command": "resume"}),
+        (
+            ["watchdog", "pause", "--reason", "firmware update"],
+            {"watchdog_command": "pause", "watchdog_pause_reason": "firmware update"},
+        ),
+    ],
+)
+def test_watchdog_actions_become_the_control_playbooks_variables(argv, values):
+    import json  # noqa: PLC0415
+
+    parser = cli.build_parser()
+    args = parser.parse_args(argv)
+    assert PLAYBOOKS["watchdog"] == "playbooks/watchdog_control.yml"
+    assert [json.loads(item) for item in cli.watchdog_extra_vars(args, parser)] == [values]
+    assert cli.redacted_argv(args, [])[:3] == ["sparkops", "watchdog", values["watchdog_command"]]
+
+
+@pytest.mark.parametrize("argv", [["watchdog", "stop"], ["watchdog", "resume", "--reason", "x"]])
+def test_watchdog_usage_errors_exit_4(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    assert exc.value.code == EXIT_USAGE

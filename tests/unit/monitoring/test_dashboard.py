@@ -41,6 +41,7 @@ NEEDED = {
     "node_memory_MemTotal_bytes",
     "sparkops_memory_plan_limit_bytes",
     "sparkops_watchdog_gave_up",
+    "sparkops_watchdog_ray_node_up",
     # Prometheus itself, per target
     "up",
     # dcgm-exporter (an exception in the lab)

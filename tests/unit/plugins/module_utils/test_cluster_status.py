@@ -12,7 +12,7 @@ import sys
 import pytest
 from ansible_collections.sparkops.vllm.plugins.filter.cluster_status import FilterModule
 from ansible_collections.sparkops.vllm.plugins.module_utils import _cluster_status as status
-from ansible_collections.sparkops.vllm.plugins.module_utils import _ib_recheck
+from ansible_collections.sparkops.vllm.plugins.module_utils import _ib_recheck, _watchdog
 from conftest import FIXTURES
 
 sys.path.insert(0, str(FIXTURES / "sysfs"))
@@ -222,6 +222,7 @@ def test_a_healthy_lab_is_healthy_with_every_field():
             "nccl_versions": [],
             "ranks": [],
         },
+        "watchdog": _watchdog.summary(None, None, 0),
         "problems": [],
         "healthy": True,
     }
@@ -592,3 +593,65 @@ def test_a_recheck_that_did_not_run_and_another_netplan_file_are_problems():
     assert result["nodes"][1]["problems"] == [
         "spark-2: /etc/netplan/40-cx7.yaml configures enp1s0f1np1 (...)"
     ]
+
+
+def _watchdog_status(**state):
+    doc = _watchdog.new_state()
+    doc.update(state)
+    return json.dumps(
+        {"state": doc, "state_note": None, "state_file": "/var/lib/sparkops/lab/watchdog/state.json"}
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "timer", "shown", "problem"),
+    [
+        ({}, "active", "Watchdog: enabled; last tick 5 s ago (none); 1 restart(s) in the window", None),
+        ({}, "inactive", "Watchdog: disabled; last tick 5 s ago (none); 1 restart(s) in the window", None),
+        (
+            {"paused": True, "paused_reason": "maintenance"},
+            "active",
+            "Watchdog: paused (maintenance); last tick 5 s ago (none); 1 restart(s) in the window",
+            None,
+        ),
+        (
+            {
+                "gave_up": {
+                    "at": 90.0,
+                    "reason": "3 restarts in 21600 s did not help: x.",
+                    "bundle": "/b.tar.gz",
+                }
+            },
+            "active",
+            "Watchdog: gave up (3 restarts in 21600 s did not help: x. Bundle: /b.tar.gz); last tick 5 s ago (none);"
+            " 1 restart(s) in the window",
+            "watchdog: gave up: 3 restarts in 21600 s did not help: x. Support bundle: /b.tar.gz. "
+            "Fix: docs/runbooks/watchdog.md (find the cause, then `sparkops watchdog resume`).",
+        ),
+    ],
+)
+def test_status_shows_the_watchdog_and_a_give_up_is_a_problem(state, timer, shown, problem):
+    nodes, cluster, settings = _healthy()
+    base = {
+        "last_tick": 95.0,
+        "last_decision": "none",
+        "restarts": [{"at": 50.0, "scope": "serve", "reason": "x"}],
+    }
+    cluster["watchdog"] = {"status": _watchdog_status(**{**base, **state}), "timer": timer, "now": 100.0}
+    result = status.report(nodes, cluster, settings)
+    assert shown in status.table(result)
+    assert result["problems"] == ([problem] if problem else [])
+    assert result["healthy"] is (problem is None)
+
+
+def test_a_corrupt_watchdog_state_is_a_problem():
+    nodes, cluster, settings = _healthy()
+    cluster["watchdog"] = {
+        "status": json.dumps(
+            {"state": _watchdog.new_state(), "state_note": "the state file is not JSON", "state_file": "/s"}
+        ),
+        "timer": "active",
+        "now": 1.0,
+    }
+    result = status.report(nodes, cluster, settings)
+    assert result["problems"] == ["watchdog: the state file is not JSON (/s)"]

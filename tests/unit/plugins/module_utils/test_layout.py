@@ -49,6 +49,13 @@ def test_the_default_layout_of_a_cluster():
     assert got["ssh_known_hosts"] == "/root/.ssh/sparkops_lab_known_hosts"
     assert got["ssh_key_comment"] == "sparkops-lab"
     assert got["unit_glob"] == "sparkops-lab-*"
+    assert got["watchdog_dir"] == "/etc/sparkops/lab/watchdog"
+    assert got["watchdog_program"] == "/etc/sparkops/lab/watchdog/_watchdog_tick.py"
+    assert got["watchdog_config"] == "/etc/sparkops/lab/watchdog.json"
+    assert got["watchdog_state_file"] == "/var/lib/sparkops/lab/watchdog/state.json"
+    assert got["watchdog_bundle_dir"] == "/var/lib/sparkops/lab/watchdog/bundles"
+    assert got["node_exporter_textfile_dir"] == "/var/lib/prometheus/node-exporter"
+    assert got["watchdog_textfile"] == "/var/lib/prometheus/node-exporter/sparkops-lab-watchdog.prom"
     assert "ray_unit" not in got
 
 
@@ -64,6 +71,9 @@ def test_moving_the_state_dir_moves_every_state_path_and_nothing_else():
         "cache_dir",
         "measured_record",
         "deployed_record",
+        "watchdog_state_dir",
+        "watchdog_state_file",
+        "watchdog_bundle_dir",
     }
     assert all(str(moved[key]).startswith("/srv/state/lab") for key in changed)
 

@@ -203,3 +203,10 @@ def test_an_exception_the_scrape_holds_is_stale():
 )
 def test_hostport(address, port, want):
     assert monitoring_hostport(address, port) == want
+
+
+@pytest.mark.parametrize("port", [None, ""])
+def test_no_ray_job_without_ray_metrics(port):
+    # monitoring_scrape_ray off: the image's Ray serves no metrics without ray[default].
+    config = monitoring_scrape_config(NODES, **{**ARGS, "ray_metrics_port": port})
+    assert [s["job_name"] for s in config["scrape_configs"]] == ["vllm", "node"]
