@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record, _watchdog
+from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record, _monitoring, _watchdog
 
 
 class WatchdogConfigError(ValueError):
@@ -88,7 +88,13 @@ def build(
         "cluster": cluster,
         "head": {"name": head, "ib": head_node["ib"], "units": list(head_units)},
         "workers": [{"name": w["name"], "ib": w["ib"], "units": list(worker_units)} for w in workers],
-        "endpoint": f"http://127.0.0.1:{serve_port}",
+        # serve as a client on the head reaches it: 127.0.0.1 when it listens on every address,
+        # else the address it listens on (the same rule Prometheus's vLLM target follows).
+        "endpoint": "http://"
+        + _monitoring.hostport(
+            _monitoring.serve_target(str(settings.get("serve_host") or ""), "127.0.0.1", prometheus_on_head=True),
+            serve_port,
+        ),
         "served_model_name": str(settings["served_model_name"]),
         "canary_prompt": str(settings["canary_prompt"]),
         **timeouts,

@@ -15,6 +15,7 @@ SETTINGS = {
     "backoff_initial_s": 300,
     "gpu_power_floor_w": 30,
     "gpu_utilization_floor_pct": 10.0,
+    "serve_host": "0.0.0.0",
     "serve_port": "8000",
     "served_model_name": "lab-tiny-moe",
     "canary_prompt": "Say OK.",
@@ -100,3 +101,19 @@ def test_the_filters():
     assert watchdog_summary("", timer="inactive", now=0)["line"] == (
         "Watchdog: not installed; 0 restart(s) in the window"
     )
+
+
+@pytest.mark.parametrize(
+    ("host", "endpoint"),
+    [
+        ("0.0.0.0", "http://127.0.0.1:8000"),
+        ("::", "http://127.0.0.1:8000"),
+        ("", "http://127.0.0.1:8000"),
+        ("192.168.200.12", "http://192.168.200.12:8000"),
+        ("127.0.0.1", "http://127.0.0.1:8000"),
+        ("fd00::12", "http://[fd00::12]:8000"),
+    ],
+)
+def test_the_canary_reaches_serve_where_it_listens(host, endpoint):
+    config = build(settings=dict(SETTINGS, serve_host=host))
+    assert config["endpoint"] == endpoint
