@@ -92,7 +92,9 @@ def build(
         # else the address it listens on (the same rule Prometheus's vLLM target follows).
         "endpoint": "http://"
         + _monitoring.hostport(
-            _monitoring.serve_target(str(settings.get("serve_host") or ""), "127.0.0.1", prometheus_on_head=True),
+            _monitoring.serve_target(
+                str(settings.get("serve_host") or ""), "127.0.0.1", prometheus_on_head=True
+            ),
             serve_port,
         ),
         "served_model_name": str(settings["served_model_name"]),
