@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -217,7 +218,8 @@ def on_node(io: Io, config: Mapping[str, Any], node: Mapping[str, Any], argv: li
     """Run argv on node: directly on the head, through ssh on a worker."""
     if node["name"] == config["head"]["name"]:
         return io.run(argv, timeout)
-    return io.run(ssh_argv(config, node["ib"], " ".join(argv)), timeout)
+    # ssh hands the remote shell one string: each word quoted, so a name never splits or expands.
+    return io.run(ssh_argv(config, node["ib"], shlex.join(argv)), timeout)
 
 
 # -- observing --------------------------------------------------------------------------

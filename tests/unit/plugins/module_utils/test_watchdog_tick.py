@@ -274,3 +274,22 @@ def test_the_bundle_runs_as_a_plain_script_without_ansible(tmp_path):
     )
     assert done.returncode == 2, done.stderr
     assert "the config is unusable" in done.stdout
+
+
+def test_a_worker_command_reaches_ssh_quoted():
+    calls = []
+
+    class Io:
+        def run(self, argv, timeout):
+            calls.append(argv)
+            return 0, "", ""
+
+    config = {
+        "head": {"name": "spark-1"},
+        "ssh": {"key": "/k", "known_hosts": "/kh", "user": "root", "connect_timeout_s": 5},
+    }
+    worker = {"name": "spark-2", "ib": "192.168.200.13"}
+    prog.on_node(Io(), config, worker, ["systemctl", "stop", "a b;c"], 5)
+    assert calls[0][-1] == "systemctl stop 'a b;c'"
+    prog.on_node(Io(), config, {"name": "spark-1", "ib": "x"}, ["systemctl", "stop", "u"], 5)
+    assert calls[1] == ["systemctl", "stop", "u"]
