@@ -42,7 +42,6 @@ import json
 import os
 import shlex
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -107,14 +106,8 @@ class Io:
             raise OSError(str(exc.reason)) from exc
 
     def run(self, argv: list[str], timeout: float) -> tuple[int, str, str]:
-        env = dict(os.environ, LC_ALL="C")
-        try:
-            done = subprocess.run(argv, capture_output=True, timeout=timeout, env=env, check=False)
-        except FileNotFoundError as exc:
-            return 127, "", str(exc)
-        except subprocess.TimeoutExpired:
-            return 124, "", f"{argv[0]} did not answer within {timeout:g} s"
-        return done.returncode, done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
+        # The support bundle's runner: LC_ALL=C, 127 for a missing command, 124 on timeout.
+        return _support_bundle._run(argv, timeout)
 
     def tcp(self, host: str, port: int, timeout: float) -> bool:
         try:
