@@ -141,7 +141,7 @@ options:
     description:
       - NCCL's communicators per rank (vLLM's pynccl one and torch's process group), created before
         vLLM's startup snapshot (vllm/v1/worker/gpu_worker.py C(init_device), 0.12 to 0.34) and so
-        outside the claim, like the CUDA context. Default 1.0 when TP x PP > 1, else 0: an estimate
+        outside the claim, like the CUDA context. Default 1.0 when TP x PP > 1, else 0; an estimate
         (vLLM pull request 45517 reports 1-2 GiB on rank 0); vLLM logs no figure for it.
     type: float
   ray_reserve_gib:

@@ -16,7 +16,7 @@ description:
     marker C(P<n>) are twins, and both are returned; NCCL reaches only about 3 GB/s over a Spark's link
     unless both are in C(NCCL_IB_HCA).
   - No C(NCCL_IB_GID_INDEX) is derived. With it unset NCCL picks the GID per device (C(ncclIbGetGidIndex) in
-    NCCL's C(src/transport/net_ib.cc), v2.21.5 to v2.28.9: an IPv4-mapped RoCE v2 GID where the device has
+    NCCL's C(src/transport/net_ib.cc), v2.21.5 to v2.28.9, takes an IPv4-mapped RoCE v2 GID where the device has
     one); one index for every device is wrong on a Spark's twin, which netplan leaves without an IPv4
     address. C(nccl_gids) says what NCCL will pick on each device.
   - With O(gid_index) (an operator's pinned C(NCCL_IB_GID_INDEX)), C(pinned_gid_problems) names every listed
