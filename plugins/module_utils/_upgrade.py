@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 SECTION = "upgrade"
+# Every node's record (workers included) keeps which images it must hold for a rollback.
+NODE_SECTION = "upgrade_images"
 
 # The phases of the section, and what each means.
 STEADY = "steady"  # one deployment; nothing kept for a rollback
@@ -383,6 +385,20 @@ def kept_images(section: Mapping[str, Any] | None) -> list[str]:
         if ref and ref not in refs:
             refs.append(ref)
     return refs
+
+
+def node_images(section: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every node's ``upgrade_images`` section: the images (ref and ID) it holds for the cluster, and the phase.
+
+    Workers have no ``upgrade`` section (the head's record holds it); this one tells
+    their teardown which images are the cluster's, and a reader which ID each must be.
+    """
+    doc = load(section)
+    images = {}
+    for name in ("current", "previous", "discarded"):
+        item = doc[name]
+        images[name] = {"ref": item.get("image_ref"), "id": item.get("image_id")} if item else None
+    return {"phase": doc["phase"], "kept": kept_images(doc), **images}
 
 
 # -- downtime --------------------------------------------------------------------

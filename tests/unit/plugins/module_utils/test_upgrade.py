@@ -387,3 +387,15 @@ def test_the_downtime_line_says_why_it_is_a_full_restart():
     assert "not measured" in up.downtime_line(None)
     line = up.downtime_line({"downtime_seconds": 150.0})
     assert "upgrade: 150.0 s" in line and "tensor parallelism" in line
+
+
+def test_every_node_records_the_images_it_keeps():
+    doc = _pass_upgrade()
+    assert up.node_images(doc) == {
+        "phase": up.AWAITING_CONFIRM,
+        "kept": ["vllm:new", "vllm:old"],
+        "current": {"ref": "vllm:new", "id": NEW_ID},
+        "previous": {"ref": "vllm:old", "id": OLD_ID},
+        "discarded": None,
+    }
+    assert up.node_images(None)["kept"] == []
