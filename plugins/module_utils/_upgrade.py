@@ -133,6 +133,67 @@ def deployment(
     }
 
 
+def running_from_record(
+    head_record: Mapping[str, Any],
+    *,
+    model_revision: str | None,
+    bench_baseline: Mapping[str, Any] | None,
+    probe_reference: Mapping[str, Any] | None,
+    now: str,
+    host: str,
+) -> dict[str, Any]:
+    """The deployment the head's deployed record describes (sections ``image``, ``serve``, ``plan``).
+
+    What an upgrade records before it changes anything, so a rollback returns to
+    exactly this: the image by ID, serve's argv and launch inputs, the plan. The
+    measured baseline and reference come from the benchmark and the probe run on
+    it just before. A record without serve's launch cannot be returned to: refused.
+    """
+    sections = head_record.get("sections") if isinstance(head_record, Mapping) else None
+    sections = sections if isinstance(sections, Mapping) else {}
+    image = sections.get("image") if isinstance(sections.get("image"), Mapping) else {}
+    serve = sections.get("serve") if isinstance(sections.get("serve"), Mapping) else {}
+    plan = sections.get("plan") if isinstance(sections.get("plan"), Mapping) else {}
+    if not serve:
+        raise UpgradeRefused(
+            f"{host}: the deployed record has no serve section, so there is no recorded deployment to return to "
+            "after a failed upgrade. Fix: deploy the cluster (deploy.yml) with this release first, then upgrade."
+        )
+    launch_inputs = {
+        key: serve[key]
+        for key in ("gpu_memory_utilization", "served_model_name", "unit", "container", "launch_script")
+        if key in serve
+    }
+    plan_choice = {
+        key: plan[key]
+        for key in (
+            "gpu_memory_utilization",
+            "utilization_source",
+            "vllm_args",
+            "env",
+            "ray_memory_monitor",
+            "inputs",
+        )
+        if key in plan
+    }
+    try:
+        return deployment(
+            image_ref=serve.get("image") or image.get("ref"),
+            image_id=image.get("id"),
+            vllm_version=image.get("vllm_version"),
+            argv=serve.get("argv") or [],
+            launch_inputs=launch_inputs,
+            plan=plan_choice,
+            model_path=serve.get("model"),
+            model_revision=model_revision,
+            bench_baseline=bench_baseline,
+            probe_reference=probe_reference,
+            recorded_at=now,
+        )
+    except UpgradeRefused as exc:
+        raise UpgradeRefused(f"{host}: {exc}") from None
+
+
 def same_deployment(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
     """Whether two deployments run the same image ID with the same model revision."""
     if not a or not b:

@@ -399,3 +399,61 @@ def test_every_node_records_the_images_it_keeps():
         "discarded": None,
     }
     assert up.node_images(None)["kept"] == []
+
+
+HEAD_RECORD = {
+    "schema": 1,
+    "sections": {
+        "image": {"ref": "vllm:old", "id": OLD_ID, "vllm_version": "0.11.0", "ray_version": "2.49.1"},
+        "plan": {
+            "gpu_memory_utilization": 0.55,
+            "utilization_source": "recommended",
+            "vllm_args": ["--gpu-memory-utilization", "0.55"],
+            "env": {},
+            "kv_cache_gib": 2.33,
+            "inputs": {"tensor_parallel_size": 2},
+        },
+        "serve": {
+            "argv": ["vllm", "serve", "/srv/models/m", "--api-key", "${VLLM_API_KEY}"],
+            "gpu_memory_utilization": 0.55,
+            "image": "vllm:old",
+            "model": "/srv/models/m",
+            "served_model_name": "m",
+        },
+    },
+}
+
+
+def test_the_running_deployment_comes_from_the_heads_record():
+    running = up.running_from_record(
+        HEAD_RECORD,
+        model_revision="r1",
+        bench_baseline=BASELINE,
+        probe_reference=None,
+        now=T0,
+        host="spark-1",
+    )
+    assert running["image_id"] == OLD_ID and running["vllm_version"] == "0.11.0"
+    assert running["argv"][:2] == ["vllm", "serve"]
+    assert running["launch_inputs"] == {"gpu_memory_utilization": 0.55, "served_model_name": "m"}
+    # The plan's choice, not its predictions (they move between runs).
+    assert "kv_cache_gib" not in running["plan"] and running["plan"]["vllm_args"]
+    assert running["model_path"] == "/srv/models/m" and running["bench_baseline"] == BASELINE
+    assert up.same_deployment(running, _deployment())
+
+
+def test_a_record_without_serve_or_image_id_cannot_be_returned_to():
+    with pytest.raises(up.UpgradeRefused, match=r"spark-1: the deployed record has no serve section.*Fix:"):
+        up.running_from_record(
+            {"sections": {}},
+            model_revision=None,
+            bench_baseline=None,
+            probe_reference=None,
+            now=T0,
+            host="spark-1",
+        )
+    no_id = {"sections": dict(HEAD_RECORD["sections"], image={"ref": "vllm:old"})}
+    with pytest.raises(up.UpgradeRefused, match=r"spark-1: the image vllm:old has no image ID"):
+        up.running_from_record(
+            no_id, model_revision=None, bench_baseline=None, probe_reference=None, now=T0, host="spark-1"
+        )
