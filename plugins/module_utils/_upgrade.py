@@ -250,13 +250,27 @@ def plan_upgrade(
             "action": "none",
             "reason": f"{want['image_ref']} ({want['image_id'][:19]}) is the current deployment already",
         }
-    if doc["phase"] in (AWAITING_CONFIRM, ROLLED_BACK):
-        kept = doc["previous"] if doc["phase"] == AWAITING_CONFIRM else doc["discarded"]
+    if doc["phase"] == ROLLED_BACK and same_deployment(doc["discarded"], want):
+        # The same bad target again: nothing changes (a rerun is changed=0); the caller reports it as not current.
+        when = (doc["attempt"] or {}).get("rolled_back_at") or "the last run"
+        return {
+            "action": "none",
+            "rolled_back": True,
+            "reason": f"{want['image_ref']} failed its gate and was rolled back at {when}; "
+            f"{current.get('image_ref')} serves. To try it again: `sparkops upgrade --confirm` (drops it), "
+            "then upgrade",
+        }
+    if doc["phase"] == AWAITING_CONFIRM:
         raise UpgradeRefused(
-            f"{host}: {kept.get('image_ref') if kept else 'an image'} is still kept from the last "
-            f"{'upgrade' if doc['phase'] == AWAITING_CONFIRM else 'rollback'}, and only one deployment is kept "
-            f"beside the current one, so {want['image_ref']} cannot start. Fix: `sparkops upgrade --confirm` "
-            "(removes the kept image) or `sparkops rollback`, then upgrade again."
+            f"{host}: {doc['previous']['image_ref']} is still kept from the last upgrade, and only one deployment is "
+            f"kept beside the current one, so {want['image_ref']} cannot start. Fix: `sparkops upgrade --confirm` "
+            "(keeps the current one, removes the previous image) or `sparkops rollback`, then upgrade again."
+        )
+    if doc["phase"] == ROLLED_BACK:
+        raise UpgradeRefused(
+            f"{host}: {doc['discarded']['image_ref']} is still kept from the last rollback, and only one deployment "
+            f"is kept beside the current one, so {want['image_ref']} cannot start. Fix: `sparkops upgrade --confirm` "
+            "(removes that image), then upgrade again."
         )
     return {"action": "upgrade", "reason": f"{current.get('image_ref')} -> {want['image_ref']}"}
 
@@ -324,6 +338,9 @@ def begin(
     if doc["phase"] == UPGRADING:
         doc["attempt"]["resumed_at"] = _now_ok(now)
         return doc
+    if doc["phase"] != STEADY:
+        # plan_upgrade refuses this first; a kept deployment would otherwise be lost track of.
+        raise UpgradeRefused(f"an upgrade cannot start in phase {doc['phase']}: confirm or roll back first")
     doc["current"] = copy.deepcopy(dict(running))
     doc["phase"] = UPGRADING
     doc["attempt"] = {"target": dict(want), "started_at": _now_ok(now), "kind": "upgrade"}

@@ -457,3 +457,25 @@ def test_a_record_without_serve_or_image_id_cannot_be_returned_to():
         up.running_from_record(
             no_id, model_revision=None, bench_baseline=None, probe_reference=None, now=T0, host="spark-1"
         )
+
+
+def _failed_upgrade():
+    doc = up.begin(None, _deployment(), _want(), T0)
+    doc = up.finish(doc, up.gate({"healthy": False}, None, None, None, 0.1), None, timings={}, now=T1)
+    return up.rolled_back(doc, {"passed": True}, timings={}, now=T1)
+
+
+def test_the_same_bad_target_again_changes_nothing_and_says_it_was_rolled_back():
+    decision = up.plan_upgrade(_failed_upgrade(), _deployment(), _want(), host="spark-1")
+    assert decision["action"] == "none" and decision["rolled_back"] is True
+    assert "failed its gate and was rolled back" in decision["reason"]
+
+
+def test_another_target_after_a_rollback_needs_a_confirm_first():
+    with pytest.raises(up.UpgradeRefused, match=r"vllm:new is still kept from the last rollback.*--confirm"):
+        up.plan_upgrade(_failed_upgrade(), _deployment(), _want("vllm:third", "sha256:" + "c" * 64), host="h")
+
+
+def test_begin_refuses_while_a_deployment_is_kept():
+    with pytest.raises(up.UpgradeRefused, match="confirm or roll back first"):
+        up.begin(_pass_upgrade(), _deployment(), _want("vllm:third", "sha256:" + "c" * 64), T1)
