@@ -87,6 +87,8 @@ def env(tmp_path: Path) -> dict:
             "SPARKOPS_LAB_VLLM_VERSION",
             "SPARKOPS_LAB_VLLM_TOKEN_S",
             "SPARKOPS_LAB_VLLM_FREEZE_MAX_S",
+            "SPARKOPS_LAB_VLLM_FAIL_HEALTH",
+            "SPARKOPS_LAB_VLLM_GARBLE_CONCURRENCY",
         )
     }
     clean["SPARKOPS_LAB_MEMINFO"] = str(
@@ -661,3 +663,84 @@ def test_a_worker_overwrites_its_own_value_with_vllms_warning(monkeypatch):
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "enp1s0f0np0")
     assert standin.overwrite_environment({"NCCL_SOCKET_IFNAME": "enp1s0f1np1"}, overwrite=False) == []
     assert os.environ["NCCL_SOCKET_IFNAME"] == "enp1s0f0np0"
+
+
+# --- the bad-image switches: a release that never becomes healthy, one that garbles under load ----
+
+
+# Long enough (17 tokens at 20 ms) that six requests sent at once overlap.
+PROBE_PROMPT = "List the first five prime numbers and the first five square numbers, separated by commas."
+
+
+def chat(server: Server, prompt: str, max_tokens: int = 8) -> tuple[int, dict]:
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "seed": 1,
+    }
+    return server.request("POST", "/v1/chat/completions", body)
+
+
+def test_fail_health_switch_answers_503_after_startup(serve, env):
+    server = serve(environ={**env, "SPARKOPS_LAB_VLLM_FAIL_HEALTH": "1"})
+    assert server.request("GET", "/health")[0] == 503
+    # The rest of the API still answers: only the health check is broken, as in a bad image.
+    assert server.request("GET", "/v1/models")[0] == 200
+    assert server.stop() == 0
+
+
+def test_health_answers_200_without_the_switch(serve, env):
+    server = serve(environ={**env, "SPARKOPS_LAB_VLLM_FAIL_HEALTH": ""})
+    assert server.request("GET", "/health")[0] == 200
+    assert server.stop() == 0
+
+
+def test_a_bad_switch_value_stops_the_stand_in(model_dir, env):
+    result = run(
+        ["serve", str(model_dir), "--distributed-executor-backend", "uni"],
+        {**env, "SPARKOPS_LAB_VLLM_GARBLE_CONCURRENCY": "many"},
+    )
+    assert result.returncode != 0
+    assert "SPARKOPS_LAB_VLLM_GARBLE_CONCURRENCY='many'" in result.stderr
+
+
+def concurrent_answers(server: Server, count: int, prompt: str) -> list[tuple[str, int]]:
+    answers: list[tuple[str, int]] = [("", 0)] * count
+
+    def one(index: int) -> None:
+        status, body = chat(server, prompt, max_tokens=16)
+        assert status == 200
+        answers[index] = (body["choices"][0]["message"]["content"], body["usage"]["completion_tokens"])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return answers
+
+
+def test_answers_are_deterministic_without_the_garble_switch(serve, env):
+    """Temperature 0 and a fixed seed: the same prompt gives the same text, alone or batched."""
+    server = serve(environ={**env, "SPARKOPS_LAB_VLLM_TOKEN_S": "0.02"})
+    alone = chat(server, PROBE_PROMPT, 16)[1]["choices"][0]["message"]["content"]
+    batched = concurrent_answers(server, 6, PROBE_PROMPT)
+    assert {text for text, _ in batched} == {alone}
+    assert server.stop() == 0
+
+
+def test_garble_switch_changes_answers_at_its_concurrency(serve, env):
+    server = serve(
+        environ={**env, "SPARKOPS_LAB_VLLM_TOKEN_S": "0.02", "SPARKOPS_LAB_VLLM_GARBLE_CONCURRENCY": "3"}
+    )
+    alone = chat(server, PROBE_PROMPT, 16)[1]["choices"][0]["message"]
+    batched = concurrent_answers(server, 6, PROBE_PROMPT)
+    texts = [text for text, _ in batched]
+    # Below the threshold the answer is the normal one; at it, every request has its own.
+    assert alone["content"].startswith("[lab-") and "garbled" not in alone["content"]
+    assert len(set(texts)) == len(texts)
+    assert all("garbled-" in text for text in texts)
+    # The token count is unchanged: only a comparison of the texts catches it.
+    assert {tokens for _, tokens in batched} == {len(alone["content"].split(" "))}
+    assert server.stop() == 0
