@@ -744,3 +744,28 @@ def test_garble_switch_changes_answers_at_its_concurrency(serve, env):
     # The token count is unchanged: only a comparison of the texts catches it.
     assert {tokens for _, tokens in batched} == {len(alone["content"].split(" "))}
     assert server.stop() == 0
+
+
+def test_stream_sends_one_chunk_per_token_as_produced(serve):
+    """A load generator measures time to first token and inter-token latency from these chunks."""
+    server = serve()
+    body = {"messages": [{"role": "user", "content": PROBE_PROMPT}], "max_tokens": 6}
+    whole = server.request("POST", "/v1/chat/completions", body)[1]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    stream = body | {"stream": True, "stream_options": {"include_usage": True}}
+    conn.request(
+        "POST", "/v1/chat/completions", body=json.dumps(stream), headers={"Content-Type": "application/json"}
+    )
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("content-type").startswith("text/event-stream")
+    events = [line[6:] for line in response.read().decode().splitlines() if line.startswith("data: ")]
+    conn.close()
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    pieces = [c["choices"][0]["delta"]["content"] for c in chunks[1:-2]]
+    assert len(pieces) == whole["usage"]["completion_tokens"] == 6
+    assert "".join(pieces) == whole["choices"][0]["message"]["content"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
+    assert server.stop() == 0
