@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import pairwise
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -105,7 +106,7 @@ def parse_progress(text: str) -> tuple[list[dict[str, Any]], list[str]]:
 def inter_token_gaps(chunks: Sequence[tuple[float, int]]) -> list[float]:
     """Seconds per token between consecutive chunks of one request (a chunk may carry several)."""
     gaps = []
-    for (before, _), (after, count) in zip(chunks, chunks[1:], strict=False):
+    for (before, _), (after, count) in pairwise(chunks):
         if count > 0:
             gaps.append(max(0.0, after - before) / count)
     return gaps
@@ -161,7 +162,9 @@ def level_summary(requests: Sequence[dict[str, Any]], result: dict[str, Any] | N
     return {
         "concurrency": concurrency,
         "prompt_tokens_asked": requests[0]["prompt_size"] if requests else (bench or {}).get("prompt_size"),
-        "output_tokens_asked": requests[0]["response_size"] if requests else (bench or {}).get("response_size"),
+        "output_tokens_asked": requests[0]["response_size"]
+        if requests
+        else (bench or {}).get("response_size"),
         "requests": len(requests),
         "errors": len(failed),
         "error_samples": messages,
@@ -226,7 +229,7 @@ def summarize(
 
 
 def _cell(value: Any) -> str:
-    return "–" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -275,7 +278,9 @@ def render_chart(report: dict[str, Any], path: str) -> None:
     xs = [level["concurrency"] for level in levels]
     figure, (left, right) = pyplot.subplots(1, 2, figsize=(11, 4.5), constrained_layout=True)
     for key, label in (("output_tokens_per_s", "output"), ("total_tokens_per_s", "total (prompt + output)")):
-        left.plot(xs, [level[key] if level[key] is not None else math.nan for level in levels], "o-", label=label)
+        left.plot(
+            xs, [level[key] if level[key] is not None else math.nan for level in levels], "o-", label=label
+        )
     left.set(title="Throughput", xlabel="concurrent requests", ylabel="tokens per second", xticks=xs)
     left.set_ylim(bottom=0)
     left.grid(alpha=0.3)

@@ -36,13 +36,13 @@ def seed_corpus(home: Path, corpus: Path) -> str:
     url = f"sparkops-corpus:sha256:{hashlib.sha256(text.encode('utf-8')).hexdigest()}"
     cache = home / ".cache" / "llama-benchy"
     cache.mkdir(parents=True, exist_ok=True)
-    (cache / f"{hashlib.md5(url.encode()).hexdigest()}.txt").write_text(text, encoding="utf-8")  # noqa: S324
+    (cache / f"{hashlib.md5(url.encode()).hexdigest()}.txt").write_text(text, encoding="utf-8")
     return url
 
 
 def word_tokenizer(corpus: Path, target: Path) -> Path:
     """A word-level tokenizer.json over the corpus: one token per whitespace-separated word."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # noqa: PLC0415 (the bench venv's)
 
     words = sorted(set(re.split(r"\s+", corpus.read_text(encoding="utf-8"))) - {""})
     vocab = {"[UNK]": 0} | {word: index for index, word in enumerate(words, start=1)}
@@ -81,7 +81,8 @@ def main(argv: list[str]) -> int:
     if key:
         extra += ["--api-key", key]
 
-    from llama_benchy.__main__ import main as benchy_main
+    # Imported after HOME and the environment are set: llama-benchy reads them.
+    from llama_benchy.__main__ import main as benchy_main  # noqa: PLC0415
 
     sys.argv = ["llama-benchy", *benchy, *extra]
     try:

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.sparkops.vllm.plugins.module_utils import _correctness as probe
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose import diagnose_text
 from ansible_collections.sparkops.vllm.plugins.module_utils._vllm_memory_log import parse_memory_lines
 
@@ -769,3 +770,37 @@ def test_stream_sends_one_chunk_per_token_as_produced(serve):
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
     assert server.stop() == 0
+
+
+def test_correctness_probe_against_the_stand_in(serve, env):
+    """The probe's own HTTP code and verdict: the normal stand-in passes, the garbling one fails."""
+    prompts = [PROBE_PROMPT, "Say hello in three languages."]
+    request = probe.probe_request(prompts, seed=7, max_tokens=16)
+
+    def probe_once(server: Server, reference: dict) -> dict:
+        url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+        results = [
+            probe.send_identical(
+                url, probe.chat_body("", p, seed=7, max_tokens=16), count=6, timeout=30, api_key="k"
+            )
+            for p in prompts
+        ]
+        return probe.judge(prompts, results, key="sha256:k", reference=reference, min_tokens=1, max_tokens=16)
+
+    good = serve("--api-key", "k", environ={**env, "SPARKOPS_LAB_VLLM_TOKEN_S": "0.02"})
+    first = probe_once(good, {})
+    assert first["ok"] and first["record_reference"], first["problems"]
+    reference = probe.reference_section(first, {}, request) | {"deployment_key": "sha256:k"}
+    again = probe_once(good, reference)
+    assert again["ok"] and again["compared_with_reference"] and not again["record_reference"]
+    assert good.stop() == 0
+
+    bad = serve(
+        "--api-key",
+        "k",
+        environ={**env, "SPARKOPS_LAB_VLLM_TOKEN_S": "0.02", "SPARKOPS_LAB_VLLM_GARBLE_CONCURRENCY": "4"},
+    )
+    garbled = probe_once(bad, reference)
+    assert not garbled["ok"] and not garbled["record_reference"]
+    assert "6 different answers to 6 identical requests sent at once" in garbled["problems"][0]
+    assert bad.stop() == 0

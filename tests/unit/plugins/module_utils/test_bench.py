@@ -11,6 +11,7 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._bench import (
     markdown,
     parse_progress,
     percentile,
+    render_chart,
     summarize,
 )
 
@@ -41,7 +42,11 @@ def standin_report() -> dict:
     ],
 )
 def test_percentile(values, q, expected):
-    assert percentile(values, q) == pytest.approx(expected) if expected is not None else percentile(values, q) is None
+    assert (
+        percentile(values, q) == pytest.approx(expected)
+        if expected is not None
+        else percentile(values, q) is None
+    )
 
 
 @pytest.mark.parametrize(
@@ -108,7 +113,9 @@ def test_odd_lines_are_warnings_not_crashes():
             "not json",
             json.dumps({"schema": "llama-benchy-progress.v2", "type": "header", "ts": 1}),
             json.dumps({"type": "tokens", "request_id": 9, "ts": 1, "count": 1}),
-            json.dumps({"type": "request_start", "request_id": 0, "ts": 1.0, "concurrency": 1, "run_index": 1}),
+            json.dumps(
+                {"type": "request_start", "request_id": 0, "ts": 1.0, "concurrency": 1, "run_index": 1}
+            ),
             json.dumps({"type": "mystery", "ts": 2}),
         ]
     )
@@ -127,8 +134,6 @@ def test_no_fixture_holds_an_api_key():
 
 
 def test_chart_is_a_png(tmp_path):
-    from ansible_collections.sparkops.vllm.plugins.module_utils._bench import render_chart
-
     path = tmp_path / "bench.png"
     render_chart(standin_report(), str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
