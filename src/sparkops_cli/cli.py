@@ -33,6 +33,10 @@ COMMANDS = {
     "teardown": "stop and remove the cluster's units and containers (model and image kept unless asked)",
     "fabric": "qualify the RoCE fabric: ib_write_bw per HCA between every pair of nodes and an all-reduce "
     "in the deployed image, against thresholds; fails when a test fails",
+    "bench": "load the endpoint with llama-benchy from this machine: throughput, time to first token and "
+    "inter-token latency per concurrency level (bench/bench.json, bench.md, bench.png); changes no node",
+    "probe": "the correctness probe: identical greedy requests sent at once must give identical answers, "
+    "equal to the deployment's recorded reference (probe.json)",
 }
 
 EXIT_CODES = f"""exit codes:

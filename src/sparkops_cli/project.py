@@ -27,6 +27,8 @@ PLAYBOOKS = {
     "restart": "playbooks/restart.yml",
     "teardown": "playbooks/teardown.yml",
     "fabric": "playbooks/fabric_check.yml",
+    "bench": "playbooks/bench.yml",
+    "probe": "playbooks/probe.yml",
 }
 
 

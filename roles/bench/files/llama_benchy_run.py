@@ -4,8 +4,9 @@
 
 llama-benchy (PyPI, 0.4.0) takes the key only as ``--api-key``, which any user of the
 machine can read in /proc/<pid>/cmdline. This wrapper reads it from the environment
-(SPARKOPS_BENCH_API_KEY, unset before llama-benchy starts) and hands it to llama-benchy
-in-process, through ``sys.argv``: the process's command line stays this file's.
+(SPARKOPS_BENCH_API_KEY, unset before llama-benchy starts) or a file (``--api-key-file``,
+mode 0600, what roles/bench uses) and hands it to llama-benchy in-process, through
+``sys.argv``: the process's command line stays this file's.
 
 Two more things llama-benchy would fetch from the Internet are supplied locally:
 - its corpus (a book it downloads and caches under ``$HOME/.cache/llama-benchy/<md5 of
@@ -57,6 +58,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, required=True, help="a private directory (its HOME)")
     parser.add_argument("--corpus", type=Path, help="a UTF-8 text to draw prompts from")
+    parser.add_argument("--api-key-file", type=Path, help=f"a file holding the API key (else {KEY_ENV})")
     tokenizer = parser.add_mutually_exclusive_group(required=True)
     tokenizer.add_argument("--tokenizer", type=Path, help="the served model's tokenizer.json")
     tokenizer.add_argument("--word-tokenizer", action="store_true", help="count words (the lab's stand-in)")
@@ -78,6 +80,8 @@ def main(argv: list[str]) -> int:
     path = word_tokenizer(args.corpus, home / "tokenizer.json") if args.word_tokenizer else args.tokenizer
     extra += ["--tokenizer", str(path)]
     key = os.environ.pop(KEY_ENV, "")
+    if args.api_key_file is not None:
+        key = args.api_key_file.read_text(encoding="utf-8").strip()
     if key:
         extra += ["--api-key", key]
 
