@@ -85,9 +85,13 @@ def test_a_key_on_the_command_line_is_refused(tmp_path):
 
 def test_the_role_passes_the_key_in_a_0600_file_and_hides_the_task():
     tasks = yaml.safe_load((ROOT / "roles" / "bench" / "tasks" / "run.yml").read_text())
-    block = next(task for task in tasks if "block" in task)["block"]
-    key_file, bench = block
+    block = next(task for task in tasks if "block" in task)
+    key_file, levels = block["block"]
     assert key_file["ansible.builtin.copy"]["mode"] == "0600" and key_file["no_log"] is True
+    assert levels["ansible.builtin.include_tasks"] == "level.yml"
+    assert block["always"][0]["ansible.builtin.file"]["state"] == "absent"
+    level = yaml.safe_load((ROOT / "roles" / "bench" / "tasks" / "level.yml").read_text())
+    bench = next(task for task in level if "ansible.builtin.command" in task)
     argv = bench["ansible.builtin.command"]["argv"]
     assert "'--api-key-file'" in argv and "api_key" not in argv.replace("api-key", "")
     assert "environment" not in bench
