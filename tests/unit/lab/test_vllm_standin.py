@@ -804,3 +804,10 @@ def test_correctness_probe_against_the_stand_in(serve, env):
     assert not garbled["ok"] and not garbled["record_reference"]
     assert "6 different answers to 6 identical requests sent at once" in garbled["problems"][0]
     assert bad.stop() == 0
+
+
+def test_listen_backlog_is_uvicorns():
+    """A burst of simultaneous connections is accepted at once, as by uvicorn (--backlog 2048)."""
+    standin = load_standin()
+    assert standin.APIServer.request_queue_size == 2048
+    assert issubclass(standin.APIServer, standin.ThreadingHTTPServer)
