@@ -134,10 +134,17 @@ def serve_utilization(doc: Mapping[str, Any] | None) -> float | None:
 
 
 def images(doc: Mapping[str, Any] | None) -> list[str]:
-    """The image references the node's units were deployed with (Ray's, serve's), each once."""
+    """The image references of the node's cluster, each once.
+
+    The ones its units were deployed with (Ray's, serve's), then the ones an
+    upgrade keeps for a rollback (``upgrade_images.kept``, docs/upgrades.md): teardown
+    with ``teardown_remove_image`` removes them all, and nothing else removes a kept one.
+    """
     found = []
-    for name in ("image", "serve"):
-        ref = section(doc, name).get("ref" if name == "image" else "image")
+    refs = [section(doc, "image").get("ref"), section(doc, "serve").get("image")]
+    kept = section(doc, "upgrade_images").get("kept")
+    refs.extend(kept if isinstance(kept, list) else [])
+    for ref in refs:
         if isinstance(ref, str) and ref and ref not in found:
             found.append(ref)
     return found

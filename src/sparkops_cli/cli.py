@@ -35,6 +35,10 @@ COMMANDS = {
     "in the deployed image, against thresholds; fails when a test fails",
     "watchdog": "the watchdog on the head: status (enabled, paused or gave up, with the reason and the "
     "support bundle), pause, or resume (which also clears a 'gave up'); docs/runbooks/watchdog.md",
+    "bench": "load the endpoint with llama-benchy from this machine: throughput, time to first token and "
+    "inter-token latency per concurrency level (bench/bench.json, bench.md, bench.png); changes no node",
+    "probe": "the correctness probe: identical greedy requests sent at once must give identical answers, "
+    "equal to the deployment's recorded reference (probe.json)",
 }
 WATCHDOG_ACTIONS = ("status", "pause", "resume")
 

@@ -28,6 +28,8 @@ PLAYBOOKS = {
     "teardown": "playbooks/teardown.yml",
     "fabric": "playbooks/fabric_check.yml",
     "watchdog": "playbooks/watchdog_control.yml",
+    "bench": "playbooks/bench.yml",
+    "probe": "playbooks/probe.yml",
 }
 
 

@@ -9,6 +9,8 @@ Layout of a run's directory (printed at the end)::
     status.json          status: the cluster status the playbook wrote
     diagnose.json        diagnose: the report the playbook wrote
     fabric.json          fabric: the fabric check's report (fabric.md: as Markdown)
+    bench/               bench: bench.json, bench.md, bench.png and llama-benchy's own files
+    probe.json           probe: the correctness probe's verdict and answers
     support/             diagnose: the support bundle
     runner/stdout        ansible-playbook's output
     runner/job_events/   every runner event, one JSON file each
@@ -50,10 +52,18 @@ REPORT_VARS: dict[str, dict[str, str]] = {
         "cluster_diagnose_bundle_dir": "support",
     },
     "fabric": {"fabric_check_json_path": "fabric.json", "fabric_check_markdown_path": "fabric.md"},
+    "bench": {"bench_report_dir": "bench"},
+    "probe": {"correctness_probe_json_path": "probe.json"},
 }
-REPORT_FILE = {"status": "status.json", "diagnose": "diagnose.json", "fabric": "fabric.json"}
+REPORT_FILE = {
+    "status": "status.json",
+    "diagnose": "diagnose.json",
+    "fabric": "fabric.json",
+    "bench": "bench/bench.json",
+    "probe": "probe.json",
+}
 # Commands whose playbook's own report (its debug output) is the answer.
-SHOW_REPORTS = {"status", "diagnose", "reclaim", "fabric"}
+SHOW_REPORTS = {"status", "diagnose", "reclaim", "fabric", "bench", "probe"}
 
 
 def default_run_dir(project: Path, command: str, now: datetime | None = None) -> Path:

@@ -129,3 +129,26 @@ def test_watchdog_usage_errors_exit_4(argv, capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(argv)
     assert exc.value.code == EXIT_USAGE
+
+
+@pytest.mark.parametrize(
+    ("command", "playbook", "report_vars"),
+    [
+        ("bench", "playbooks/bench.yml", {"bench_report_dir": "bench"}),
+        ("probe", "playbooks/probe.yml", {"correctness_probe_json_path": "probe.json"}),
+    ],
+)
+def test_bench_and_probe_write_their_reports_into_the_run_directory(tmp_path, command, playbook, report_vars):
+    from sparkops_cli.run import PlaybookRun  # noqa: PLC0415
+
+    assert PLAYBOOKS[command] == playbook
+    run = PlaybookRun(
+        command=command,
+        project=tmp_path,
+        playbook=playbook,
+        run_dir=tmp_path / "r",
+        display_argv=["sparkops"],
+    )
+    assert run.report_vars() == {name: str(tmp_path / "r" / rel) for name, rel in report_vars.items()}
+    args = cli.build_parser().parse_args([command, "-i", "hosts.yml"])
+    assert args.command == command

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ansible_collections.sparkops.vllm.plugins.module_utils import _correctness as probe
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose import diagnose_text
 from ansible_collections.sparkops.vllm.plugins.module_utils._vllm_memory_log import parse_memory_lines
 
@@ -87,6 +88,8 @@ def env(tmp_path: Path) -> dict:
             "SPARKOPS_LAB_VLLM_VERSION",
             "SPARKOPS_LAB_VLLM_TOKEN_S",
             "SPARKOPS_LAB_VLLM_FREEZE_MAX_S",
+            "SPARKOPS_LAB_VLLM_FAIL_HEALTH",
+            "SPARKOPS_LAB_VLLM_GARBLE_CONCURRENCY",
         )
     }
     clean["SPARKOPS_LAB_MEMINFO"] = str(
@@ -661,3 +664,150 @@ def test_a_worker_overwrites_its_own_value_with_vllms_warning(monkeypatch):
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "enp1s0f0np0")
     assert standin.overwrite_environment({"NCCL_SOCKET_IFNAME": "enp1s0f1np1"}, overwrite=False) == []
     assert os.environ["NCCL_SOCKET_IFNAME"] == "enp1s0f0np0"
+
+
+# --- the bad-image switches: a release that never becomes healthy, one that garbles under load ----
+
+
+# Long enough (17 tokens at 20 ms) that six requests sent at once overlap.
+PROBE_PROMPT = "List the first five prime numbers and the first five square numbers, separated by commas."
+
+
+def chat(server: Server, prompt: str, max_tokens: int = 8) -> tuple[int, dict]:
+    body = {
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "seed": 1,
+    }
+    return server.request("POST", "/v1/chat/completions", body)
+
+
+def test_fail_health_switch_answers_503_after_startup(serve, env):
+    server = serve(environ={**env, "SPARKOPS_LAB_VLLM_FAIL_HEALTH": "1"})
+    assert server.request("GET", "/health")[0] == 503
+    # The rest of the API still answers: only the health check is broken, as in a bad image.
+    assert server.request("GET", "/v1/models")[0] == 200
+    assert server.stop() == 0
+
+
+def test_health_answers_200_without_the_switch(serve, env):
+    server = serve(environ={**env, "SPARKOPS_LAB_VLLM_FAIL_HEALTH": ""})
+    assert server.request("GET", "/health")[0] == 200
+    assert server.stop() == 0
+
+
+def test_a_bad_switch_value_stops_the_stand_in(model_dir, env):
+    result = run(
+        ["serve", str(model_dir), "--distributed-executor-backend", "uni"],
+        {**env, "SPARKOPS_LAB_VLLM_GARBLE_CONCURRENCY": "many"},
+    )
+    assert result.returncode != 0
+    assert "SPARKOPS_LAB_VLLM_GARBLE_CONCURRENCY='many'" in result.stderr
+
+
+def concurrent_answers(server: Server, count: int, prompt: str) -> list[tuple[str, int]]:
+    answers: list[tuple[str, int]] = [("", 0)] * count
+
+    def one(index: int) -> None:
+        status, body = chat(server, prompt, max_tokens=16)
+        assert status == 200
+        answers[index] = (body["choices"][0]["message"]["content"], body["usage"]["completion_tokens"])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return answers
+
+
+def test_answers_are_deterministic_without_the_garble_switch(serve, env):
+    """Temperature 0 and a fixed seed: the same prompt gives the same text, alone or batched."""
+    server = serve(environ={**env, "SPARKOPS_LAB_VLLM_TOKEN_S": "0.02"})
+    alone = chat(server, PROBE_PROMPT, 16)[1]["choices"][0]["message"]["content"]
+    batched = concurrent_answers(server, 6, PROBE_PROMPT)
+    assert {text for text, _ in batched} == {alone}
+    assert server.stop() == 0
+
+
+def test_garble_switch_changes_answers_at_its_concurrency(serve, env):
+    server = serve(
+        environ={**env, "SPARKOPS_LAB_VLLM_TOKEN_S": "0.02", "SPARKOPS_LAB_VLLM_GARBLE_CONCURRENCY": "3"}
+    )
+    alone = chat(server, PROBE_PROMPT, 16)[1]["choices"][0]["message"]
+    batched = concurrent_answers(server, 6, PROBE_PROMPT)
+    texts = [text for text, _ in batched]
+    # Below the threshold the answer is the normal one; at it, every request has its own.
+    assert alone["content"].startswith("[lab-") and "garbled" not in alone["content"]
+    assert len(set(texts)) == len(texts)
+    assert all("garbled-" in text for text in texts)
+    # The token count is unchanged: only a comparison of the texts catches it.
+    assert {tokens for _, tokens in batched} == {len(alone["content"].split(" "))}
+    assert server.stop() == 0
+
+
+def test_stream_sends_one_chunk_per_token_as_produced(serve):
+    """A load generator measures time to first token and inter-token latency from these chunks."""
+    server = serve()
+    body = {"messages": [{"role": "user", "content": PROBE_PROMPT}], "max_tokens": 6}
+    whole = server.request("POST", "/v1/chat/completions", body)[1]
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    stream = body | {"stream": True, "stream_options": {"include_usage": True}}
+    conn.request(
+        "POST", "/v1/chat/completions", body=json.dumps(stream), headers={"Content-Type": "application/json"}
+    )
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("content-type").startswith("text/event-stream")
+    events = [line[6:] for line in response.read().decode().splitlines() if line.startswith("data: ")]
+    conn.close()
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    pieces = [c["choices"][0]["delta"]["content"] for c in chunks[1:-2]]
+    assert len(pieces) == whole["usage"]["completion_tokens"] == 6
+    assert "".join(pieces) == whole["choices"][0]["message"]["content"]
+    assert chunks[-2]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == whole["usage"]
+    assert server.stop() == 0
+
+
+def test_correctness_probe_against_the_stand_in(serve, env):
+    """The probe's own HTTP code and verdict: the normal stand-in passes, the garbling one fails."""
+    prompts = [PROBE_PROMPT, "Say hello in three languages."]
+    request = probe.probe_request(prompts, seed=7, max_tokens=16)
+
+    def probe_once(server: Server, reference: dict) -> dict:
+        url = f"http://127.0.0.1:{server.port}/v1/chat/completions"
+        results = [
+            probe.send_identical(
+                url, probe.chat_body("", p, seed=7, max_tokens=16), count=6, timeout=30, api_key="k"
+            )
+            for p in prompts
+        ]
+        return probe.judge(prompts, results, key="sha256:k", reference=reference, min_tokens=1, max_tokens=16)
+
+    good = serve("--api-key", "k", environ={**env, "SPARKOPS_LAB_VLLM_TOKEN_S": "0.02"})
+    first = probe_once(good, {})
+    assert first["ok"] and first["record_reference"], first["problems"]
+    reference = probe.reference_section(first, {}, request) | {"deployment_key": "sha256:k"}
+    again = probe_once(good, reference)
+    assert again["ok"] and again["compared_with_reference"] and not again["record_reference"]
+    assert good.stop() == 0
+
+    bad = serve(
+        "--api-key",
+        "k",
+        environ={**env, "SPARKOPS_LAB_VLLM_TOKEN_S": "0.02", "SPARKOPS_LAB_VLLM_GARBLE_CONCURRENCY": "4"},
+    )
+    garbled = probe_once(bad, reference)
+    assert not garbled["ok"] and not garbled["record_reference"]
+    assert "6 different answers to 6 identical requests sent at once" in garbled["problems"][0]
+    assert bad.stop() == 0
+
+
+def test_listen_backlog_is_uvicorns():
+    """A burst of simultaneous connections is accepted at once, as by uvicorn (--backlog 2048)."""
+    standin = load_standin()
+    assert standin.APIServer.request_queue_size == 2048
+    assert issubclass(standin.APIServer, standin.ThreadingHTTPServer)

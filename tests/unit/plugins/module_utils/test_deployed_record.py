@@ -128,6 +128,11 @@ def test_the_readers():
     assert deployed_record(text, "network") == {}
     assert deployed_record_images(deployed_record(text)) == ["img:1", "img:2"]
     assert deployed_record_images(deployed_record("")) == []
+    # An upgrade's kept images (the previous, the abandoned) are the cluster's too.
+    doc, _ = _write(
+        text, section="upgrade_images", data={"kept": ["img:2", "img:0"], "phase": "awaiting_confirm"}
+    )
+    assert deployed_record_images(deployed_record(record.dumps(doc))) == ["img:1", "img:2", "img:0"]
 
 
 # --- cluster diagnose's context: the deployed plan and the summary lines (issue 17) ---------

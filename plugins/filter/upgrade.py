@@ -1,0 +1,29 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+"""The upgrade's gate and record readers (plugins/module_utils/_upgrade.py, docs/upgrades.md)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.sparkops.vllm.plugins.module_utils import _upgrade
+
+
+def upgrade_gate(health, probe, bench, baseline, tolerance):
+    """``{passed, reasons, warnings, checks}`` for a deployment's health, probe and benchmark results."""
+    try:
+        return _upgrade.gate(health, probe, bench, baseline, float(tolerance))
+    except (TypeError, ValueError) as exc:
+        raise AnsibleFilterError(f"upgrade_gate: {exc}") from None
+
+
+def upgrade_kept_images(section):
+    """The image references every node keeps for a rollback, from the head's ``upgrade`` section."""
+    return _upgrade.kept_images(section)
+
+
+class FilterModule:
+    """sparkops.vllm upgrade filters."""
+
+    def filters(self):
+        return {"upgrade_gate": upgrade_gate, "upgrade_kept_images": upgrade_kept_images}

@@ -1,0 +1,616 @@
+# SPDX-License-Identifier: Apache-2.0
+# Copyright: sparkops.vllm contributors
+"""Upgrades and rollbacks of a deployment: the record, the transitions, the gate (docs/upgrades.md).
+
+The head's deployed record (``deployed.json``, docs/deployed-record.md) holds an
+``upgrade`` section: the ``current`` deployment, the ``previous`` one whose image
+every node keeps until ``sparkops upgrade --confirm``, a ``discarded`` one (the
+deployment a rollback left, its image kept until the same confirm), the
+``phase``, and the last ``attempt`` with its gate verdict and measured downtime.
+
+Everything here is pure: the playbooks read the record, call these functions
+with what they measured, and write back what they return. The gate takes the
+health check, the correctness probe and the benchmark as plain dicts whose keys
+are named in ``HEALTH_KEYS``, ``PROBE_KEYS`` and ``BENCH_KEYS``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+SECTION = "upgrade"
+# Every node's record (workers included) keeps which images it must hold for a rollback.
+NODE_SECTION = "upgrade_images"
+
+# The phases of the section, and what each means.
+STEADY = "steady"  # one deployment; nothing kept for a rollback
+UPGRADING = "upgrading"  # an attempt started and has not been gated yet (an interrupted run)
+AWAITING_CONFIRM = "awaiting_confirm"  # the target passed the gate; the previous image is kept
+ROLLED_BACK = "rolled_back"  # back on the recorded deployment; the abandoned image is kept
+PHASES = (STEADY, UPGRADING, AWAITING_CONFIRM, ROLLED_BACK)
+
+# The keys of one deployment (current, previous, discarded).
+DEPLOYMENT_KEYS = (
+    "image_ref",
+    "image_id",
+    "vllm_version",
+    "argv",
+    "launch_inputs",
+    "plan",
+    "model_path",
+    "model_revision",
+    "bench_baseline",
+    "probe_reference",
+    "recorded_at",
+)
+# The keys that make two deployments the same deployment (what a rerun compares).
+IDENTITY_KEYS = ("image_id", "model_path", "model_revision")
+
+# The gate's inputs, as plain dicts (docs/upgrades.md, "The gate's interface").
+HEALTH_KEYS = ("healthy", "detail")
+PROBE_KEYS = ("identical", "matches_reference", "tokens_sane", "problems")
+BENCH_KEYS = ("levels",)
+BENCH_LEVEL_KEYS = ("concurrency", "output_tokens_per_s", "errors")
+
+
+class UpgradeRefused(ValueError):
+    """An upgrade, rollback or confirm that cannot start: the message names host, value and fix."""
+
+
+def _now_ok(now: str) -> str:
+    parse_time(now)
+    return now
+
+
+def parse_time(value: str) -> datetime:
+    """A recorded UTC time (``2026-12-04T14:40:00Z``, fractions allowed) as an aware datetime."""
+    if not isinstance(value, str) or not value.endswith("Z"):
+        raise ValueError(f"a recorded time is UTC ending in Z, not {value!r}")
+    return datetime.fromisoformat(value[:-1]).replace(tzinfo=UTC)
+
+
+def empty() -> dict[str, Any]:
+    """The section of a cluster that has never been upgraded."""
+    return {"phase": STEADY, "current": None, "previous": None, "discarded": None, "attempt": None}
+
+
+def load(section: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The section as stored (``_deployed_record.section(doc, SECTION)``), or an empty one.
+
+    A section with an unknown phase is read as empty, like a record of another schema.
+    """
+    if not isinstance(section, Mapping) or section.get("phase") not in PHASES:
+        return empty()
+    doc = empty()
+    for key in doc:
+        if key in section:
+            doc[key] = copy.deepcopy(section[key])
+    return doc
+
+
+def deployment(
+    *,
+    image_ref: str,
+    image_id: str,
+    vllm_version: str | None,
+    argv: list[str],
+    launch_inputs: Mapping[str, Any],
+    plan: Mapping[str, Any],
+    model_path: str,
+    model_revision: str | None,
+    bench_baseline: Mapping[str, Any] | None,
+    probe_reference: Mapping[str, Any] | None,
+    recorded_at: str,
+) -> dict[str, Any]:
+    """One recorded deployment; refuses what a rollback could not return to (no image ID, no argv)."""
+    if not image_ref or not isinstance(image_ref, str):
+        raise UpgradeRefused(f"a deployment needs its image reference, not {image_ref!r}")
+    if not isinstance(image_id, str) or not image_id.startswith("sha256:"):
+        raise UpgradeRefused(
+            f"the image {image_ref} has no image ID ({image_id!r}); a rollback checks images by ID. "
+            "Fix: deploy the cluster (deploy.yml) so every node's record holds its image ID, then upgrade."
+        )
+    if not argv or not all(isinstance(arg, str) for arg in argv):
+        raise UpgradeRefused(
+            f"the deployment of {image_ref} has no launch argv; a rollback restarts serve with it. "
+            "Fix: deploy the cluster (deploy.yml) so the head's record holds serve's argv, then upgrade."
+        )
+    return {
+        "image_ref": image_ref,
+        "image_id": image_id,
+        "vllm_version": vllm_version,
+        "argv": list(argv),
+        "launch_inputs": dict(launch_inputs or {}),
+        "plan": dict(plan or {}),
+        "model_path": model_path,
+        "model_revision": model_revision,
+        "bench_baseline": dict(bench_baseline) if bench_baseline else None,
+        "probe_reference": dict(probe_reference) if probe_reference else None,
+        "recorded_at": _now_ok(recorded_at),
+    }
+
+
+def running_from_record(
+    head_record: Mapping[str, Any],
+    *,
+    model_revision: str | None,
+    bench_baseline: Mapping[str, Any] | None,
+    probe_reference: Mapping[str, Any] | None,
+    now: str,
+    host: str,
+) -> dict[str, Any]:
+    """The deployment the head's deployed record describes (sections ``image``, ``serve``, ``plan``).
+
+    What an upgrade records before it changes anything, so a rollback returns to
+    exactly this: the image by ID, serve's argv and launch inputs, the plan. The
+    measured baseline and reference come from the benchmark and the probe run on
+    it just before. A record without serve's launch cannot be returned to: refused.
+    """
+    sections = head_record.get("sections") if isinstance(head_record, Mapping) else None
+    sections = sections if isinstance(sections, Mapping) else {}
+    image = sections.get("image") if isinstance(sections.get("image"), Mapping) else {}
+    serve = sections.get("serve") if isinstance(sections.get("serve"), Mapping) else {}
+    plan = sections.get("plan") if isinstance(sections.get("plan"), Mapping) else {}
+    if not serve:
+        raise UpgradeRefused(
+            f"{host}: the deployed record has no serve section, so there is no recorded deployment to return to "
+            "after a failed upgrade. Fix: deploy the cluster (deploy.yml) with this release first, then upgrade."
+        )
+    launch_inputs = {
+        key: serve[key]
+        for key in ("gpu_memory_utilization", "served_model_name", "unit", "container", "launch_script")
+        if key in serve
+    }
+    plan_choice = {
+        key: plan[key]
+        for key in (
+            "gpu_memory_utilization",
+            "utilization_source",
+            "vllm_args",
+            "env",
+            "ray_memory_monitor",
+            "inputs",
+        )
+        if key in plan
+    }
+    try:
+        return deployment(
+            image_ref=serve.get("image") or image.get("ref"),
+            image_id=image.get("id"),
+            vllm_version=image.get("vllm_version"),
+            argv=serve.get("argv") or [],
+            launch_inputs=launch_inputs,
+            plan=plan_choice,
+            model_path=serve.get("model"),
+            model_revision=model_revision,
+            bench_baseline=bench_baseline,
+            probe_reference=probe_reference,
+            recorded_at=now,
+        )
+    except UpgradeRefused as exc:
+        raise UpgradeRefused(f"{host}: {exc}") from None
+
+
+def same_deployment(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Whether two deployments run the same image ID with the same model revision."""
+    if not a or not b:
+        return False
+    return all(a.get(key) == b.get(key) for key in IDENTITY_KEYS)
+
+
+def target(*, image_ref: str, image_id: str, model_path: str, model_revision: str | None) -> dict[str, Any]:
+    """What an upgrade asks for: an image (by ID, once resolved) and a model revision."""
+    return {
+        "image_ref": image_ref,
+        "image_id": image_id,
+        "model_path": model_path,
+        "model_revision": model_revision,
+    }
+
+
+# -- decisions before anything changes -----------------------------------------
+
+
+def plan_upgrade(
+    section: Mapping[str, Any] | None, running: Mapping[str, Any], want: Mapping[str, Any], *, host: str
+) -> dict[str, Any]:
+    """What ``upgrade.yml`` does: ``{action, reason}``; refuses what it cannot do.
+
+    ``running`` is the deployment the head's record describes now (image, serve,
+    plan sections); ``want`` the target (``target()``). Actions:
+    ``none`` (the current deployment is the target already: a rerun changes
+    nothing), ``upgrade`` (record, ship, restart, gate), ``resume`` (an attempt
+    at this target was interrupted before its gate: run it again from the ship).
+    """
+    doc = load(section)
+    if not want.get("image_id") or not str(want["image_id"]).startswith("sha256:"):
+        raise UpgradeRefused(
+            f"{host}: the image {want.get('image_ref')!r} is not on the head (no image ID found for it). "
+            "Fix: give an image the vllm_image stage can put on the head (pull, build or archive), e.g. "
+            "`sparkops upgrade --image REPO:TAG` with the image loaded or pullable there."
+        )
+    current = doc["current"] or running
+    if doc["phase"] == UPGRADING:
+        attempt = doc["attempt"] or {}
+        if same_deployment(attempt.get("target"), want):
+            return {
+                "action": "resume",
+                "reason": f"the upgrade to {want['image_ref']} was interrupted; running it again",
+            }
+        raise UpgradeRefused(
+            f"{host}: an upgrade to {(attempt.get('target') or {}).get('image_ref')} was interrupted before its gate, "
+            f"and {want['image_ref']} is asked for. Fix: `sparkops rollback` to the recorded deployment "
+            f"({current.get('image_ref')}), or rerun the interrupted upgrade."
+        )
+    if same_deployment(current, want):
+        return {
+            "action": "none",
+            "reason": f"{want['image_ref']} ({want['image_id'][:19]}) is the current deployment already",
+        }
+    if doc["phase"] == ROLLED_BACK and same_deployment(doc["discarded"], want):
+        # The same bad target again: nothing changes (a rerun is changed=0); the caller reports it as not current.
+        when = (doc["attempt"] or {}).get("rolled_back_at") or "the last run"
+        return {
+            "action": "none",
+            "rolled_back": True,
+            "reason": f"{want['image_ref']} failed its gate and was rolled back at {when}; "
+            f"{current.get('image_ref')} serves. To try it again: `sparkops upgrade --confirm` (drops it), "
+            "then upgrade",
+        }
+    if doc["phase"] == AWAITING_CONFIRM:
+        raise UpgradeRefused(
+            f"{host}: {doc['previous']['image_ref']} is still kept from the last upgrade, and only one deployment is "
+            f"kept beside the current one, so {want['image_ref']} cannot start. Fix: `sparkops upgrade --confirm` "
+            "(keeps the current one, removes the previous image) or `sparkops rollback`, then upgrade again."
+        )
+    if doc["phase"] == ROLLED_BACK:
+        raise UpgradeRefused(
+            f"{host}: {doc['discarded']['image_ref']} is still kept from the last rollback, and only one deployment "
+            f"is kept beside the current one, so {want['image_ref']} cannot start. Fix: `sparkops upgrade --confirm` "
+            "(removes that image), then upgrade again."
+        )
+    return {"action": "upgrade", "reason": f"{current.get('image_ref')} -> {want['image_ref']}"}
+
+
+def plan_rollback(section: Mapping[str, Any] | None, *, host: str) -> dict[str, Any]:
+    """What ``rollback.yml`` does: ``{action, to, reason}``; refuses with nothing to return to.
+
+    ``none``: a rollback already happened and nothing moved since (a second
+    rollback changes nothing). ``rollback``: back to ``to``.
+    """
+    doc = load(section)
+    if doc["phase"] == ROLLED_BACK:
+        return {"action": "none", "to": doc["current"], "reason": "rolled back already; nothing moved since"}
+    if doc["phase"] == UPGRADING:
+        return {
+            "action": "rollback",
+            "to": doc["current"],
+            "reason": "an upgrade was interrupted before its gate; back to the recorded deployment",
+        }
+    if doc["phase"] == AWAITING_CONFIRM and doc["previous"]:
+        return {
+            "action": "rollback",
+            "to": doc["previous"],
+            "reason": "back to the deployment before the upgrade",
+        }
+    current = (doc["current"] or {}).get("image_ref") or "the deployed image"
+    raise UpgradeRefused(
+        f"{host}: there is no previous deployment to roll back to (phase {doc['phase']}; {current} is the only "
+        "one recorded, and `sparkops upgrade --confirm` removes the previous one). Fix: upgrade to the image you "
+        "want with `sparkops upgrade --image REPO:TAG`."
+    )
+
+
+def plan_confirm(section: Mapping[str, Any] | None, *, host: str) -> dict[str, Any]:
+    """What ``upgrade.yml --confirm`` does: ``{action, remove, reason}``; refuses with nothing pending."""
+    doc = load(section)
+    kept = {AWAITING_CONFIRM: doc["previous"], ROLLED_BACK: doc["discarded"]}.get(doc["phase"])
+    if doc["phase"] == UPGRADING:
+        raise UpgradeRefused(
+            f"{host}: an upgrade to {((doc['attempt'] or {}).get('target') or {}).get('image_ref')} was interrupted "
+            "before its gate; there is nothing gated to confirm. Fix: rerun that upgrade, or `sparkops rollback`."
+        )
+    if not kept:
+        raise UpgradeRefused(
+            f"{host}: nothing is pending confirmation (phase {doc['phase']}); the current deployment is "
+            f"{(doc['current'] or {}).get('image_ref') or 'the deployed one'} and no other image is kept. "
+            "Fix: none needed; `sparkops upgrade --image REPO:TAG` starts an upgrade."
+        )
+    remove = [] if kept.get("image_id") == (doc["current"] or {}).get("image_id") else [kept["image_ref"]]
+    return {
+        "action": "confirm",
+        "remove": remove,
+        "reason": f"the current deployment stays; {kept['image_ref']} goes",
+    }
+
+
+# -- the transitions -------------------------------------------------------------
+
+
+def begin(
+    section: Mapping[str, Any] | None, running: Mapping[str, Any], want: Mapping[str, Any], now: str
+) -> dict[str, Any]:
+    """The section once an upgrade starts: ``running`` recorded as current, the attempt opened."""
+    doc = load(section)
+    if doc["phase"] == UPGRADING:
+        doc["attempt"]["resumed_at"] = _now_ok(now)
+        return doc
+    if doc["phase"] != STEADY:
+        # plan_upgrade refuses this first; a kept deployment would otherwise be lost track of.
+        raise UpgradeRefused(f"an upgrade cannot start in phase {doc['phase']}: confirm or roll back first")
+    doc["current"] = copy.deepcopy(dict(running))
+    doc["phase"] = UPGRADING
+    doc["attempt"] = {"target": dict(want), "started_at": _now_ok(now), "kind": "upgrade"}
+    return doc
+
+
+def finish(
+    section: Mapping[str, Any],
+    verdict: Mapping[str, Any],
+    new: Mapping[str, Any] | None,
+    *,
+    timings: Mapping[str, str | None],
+    now: str,
+) -> dict[str, Any]:
+    """The section after the gate: the target current (previous kept) or, failed, the pending rollback.
+
+    ``new`` is the gated deployment (required when the verdict passed).
+    ``timings`` holds ``serve_stopped_at`` and ``first_healthy_at`` of the restart.
+    A failed verdict leaves the phase ``upgrading`` with ``outcome: rolling_back``;
+    ``rolled_back()`` closes it once the rollback's own gate passed.
+    """
+    doc = load(section)
+    if doc["phase"] != UPGRADING:
+        raise UpgradeRefused(f"no upgrade is open to finish (phase {doc['phase']})")
+    attempt = dict(doc["attempt"] or {})
+    attempt.update(
+        verdict=dict(verdict),
+        gated_at=_now_ok(now),
+        serve_stopped_at=timings.get("serve_stopped_at"),
+        first_healthy_at=timings.get("first_healthy_at"),
+        downtime_seconds=downtime_seconds(timings.get("serve_stopped_at"), timings.get("first_healthy_at")),
+    )
+    if verdict.get("passed"):
+        if not new:
+            raise UpgradeRefused("a passed gate needs the gated deployment to record as current")
+        attempt["outcome"] = "current"
+        doc["previous"] = doc["current"]
+        doc["current"] = copy.deepcopy(dict(new))
+        doc["phase"] = AWAITING_CONFIRM
+    else:
+        attempt["outcome"] = "rolling_back"
+    doc["attempt"] = attempt
+    return doc
+
+
+def rolled_back(
+    section: Mapping[str, Any],
+    verdict: Mapping[str, Any],
+    *,
+    timings: Mapping[str, str | None],
+    now: str,
+    abandoned: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The section after a rollback whose gate passed: back on the recorded deployment.
+
+    From an upgrade (failed gate or interrupted): ``current`` stays, the target's
+    image is ``discarded`` (kept until confirm). On demand after a passed upgrade:
+    ``previous`` becomes current again and the upgraded deployment is ``discarded``.
+    A rollback whose own gate fails raises: the cluster needs a person.
+    """
+    doc = load(section)
+    if not verdict.get("passed"):
+        raise UpgradeRefused(
+            "the rollback's own gate failed: "
+            + "; ".join(verdict.get("reasons") or ["no reason given"])
+            + ". "
+            "Fix: read docs/runbooks/upgrade-rolled-back.md; `sparkops diagnose` names the cause."
+        )
+    attempt = dict(doc["attempt"] or {})
+    if doc["phase"] == UPGRADING:
+        discarded = abandoned or attempt.get("target")
+    elif doc["phase"] == AWAITING_CONFIRM and doc["previous"]:
+        discarded = doc["current"]
+        doc["current"] = doc["previous"]
+        attempt = {
+            "kind": "rollback",
+            "target": doc["current"],
+            "started_at": timings.get("serve_stopped_at") or now,
+        }
+    else:
+        raise UpgradeRefused(f"there is nothing to roll back (phase {doc['phase']})")
+    attempt.update(
+        outcome="rolled_back",
+        rollback_verdict=dict(verdict),
+        rolled_back_at=_now_ok(now),
+        rollback_serve_stopped_at=timings.get("serve_stopped_at"),
+        rollback_first_healthy_at=timings.get("first_healthy_at"),
+        rollback_downtime_seconds=downtime_seconds(
+            timings.get("serve_stopped_at"), timings.get("first_healthy_at")
+        ),
+    )
+    doc["previous"] = None
+    doc["discarded"] = copy.deepcopy(dict(discarded)) if discarded else None
+    doc["attempt"] = attempt
+    doc["phase"] = ROLLED_BACK
+    return doc
+
+
+def confirmed(section: Mapping[str, Any], *, now: str) -> dict[str, Any]:
+    """The section after ``--confirm`` removed the kept image: one deployment, nothing kept."""
+    doc = load(section)
+    if doc["phase"] not in (AWAITING_CONFIRM, ROLLED_BACK):
+        raise UpgradeRefused(f"nothing is pending confirmation (phase {doc['phase']})")
+    doc["previous"] = None
+    doc["discarded"] = None
+    doc["phase"] = STEADY
+    doc["attempt"] = dict(doc["attempt"] or {}, confirmed_at=_now_ok(now))
+    return doc
+
+
+def kept_images(section: Mapping[str, Any] | None) -> list[str]:
+    """The image references every node must keep: the current, the previous, the discarded, the target."""
+    doc = load(section)
+    refs = []
+    candidates = [doc["current"], doc["previous"], doc["discarded"]]
+    if doc["phase"] == UPGRADING:
+        candidates.append((doc["attempt"] or {}).get("target"))
+    for item in candidates:
+        ref = (item or {}).get("image_ref")
+        if ref and ref not in refs:
+            refs.append(ref)
+    return refs
+
+
+def node_images(section: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every node's ``upgrade_images`` section: the images (ref and ID) it holds for the cluster, and the phase.
+
+    Workers have no ``upgrade`` section (the head's record holds it); this one tells
+    their teardown which images are the cluster's, and a reader which ID each must be.
+    """
+    doc = load(section)
+    images = {}
+    for name in ("current", "previous", "discarded"):
+        item = doc[name]
+        images[name] = {"ref": item.get("image_ref"), "id": item.get("image_id")} if item else None
+    return {"phase": doc["phase"], "kept": kept_images(doc), **images}
+
+
+# -- downtime --------------------------------------------------------------------
+
+
+def downtime_seconds(serve_stopped_at: str | None, first_healthy_at: str | None) -> float | None:
+    """Seconds the endpoint was down: serve stopped until the first healthy answer; None when unknown.
+
+    A first answer before the stop is a clock problem, not negative downtime: refused.
+    """
+    if not serve_stopped_at or not first_healthy_at:
+        return None
+    seconds = (parse_time(first_healthy_at) - parse_time(serve_stopped_at)).total_seconds()
+    if seconds < 0:
+        raise ValueError(
+            f"the first healthy answer ({first_healthy_at}) is before serve stopped ({serve_stopped_at}); "
+            "the times come from one clock (the controller's), so the record is wrong"
+        )
+    return round(seconds, 1)
+
+
+def downtime_line(attempt: Mapping[str, Any] | None) -> str:
+    """The sentence the output ends with: how long the endpoint was down, and why a full restart."""
+    attempt = attempt or {}
+    parts = []
+    for label, key in (("upgrade", "downtime_seconds"), ("rollback", "rollback_downtime_seconds")):
+        value = attempt.get(key)
+        if isinstance(value, int | float):
+            parts.append(f"{label}: {value:.1f} s")
+    if not parts:
+        return "The endpoint's downtime was not measured (no restart in this run)."
+    return (
+        "The endpoint was down " + ", ".join(parts) + " (serve stopped until its first healthy answer); "
+        "tensor parallelism across nodes needs every rank on one image, so an upgrade is a full restart."
+    )
+
+
+# -- the gate --------------------------------------------------------------------
+
+
+def _level_map(bench: Mapping[str, Any] | None) -> dict[int, Mapping[str, Any]]:
+    levels = (bench or {}).get("levels")
+    result = {}
+    for level in levels if isinstance(levels, list) else []:
+        if isinstance(level, Mapping) and isinstance(level.get("concurrency"), int):
+            result[level["concurrency"]] = level
+    return result
+
+
+def _rate(level: Mapping[str, Any]) -> float | None:
+    value = level.get("output_tokens_per_s")
+    return None if isinstance(value, bool) or not isinstance(value, int | float) else float(value)
+
+
+def gate(
+    health: Mapping[str, Any] | None,
+    probe: Mapping[str, Any] | None,
+    bench: Mapping[str, Any] | None,
+    baseline: Mapping[str, Any] | None,
+    tolerance: float,
+) -> dict[str, Any]:
+    """The verdict on a deployment: ``{passed, reasons, warnings, checks}``.
+
+    ``health``: ``{healthy: bool, detail: str}`` (vllm_serve's readiness: /health and a
+    real completion). ``probe``: the correctness probe's result, ``{identical: bool,
+    matches_reference: bool | None, tokens_sane: bool, problems: [str]}``;
+    ``matches_reference`` is None when no reference was recorded. ``bench`` and
+    ``baseline``: the benchmark's results, ``{levels: [{concurrency: int,
+    output_tokens_per_s: float, errors: int, ...}]}``. ``tolerance``: the fraction of
+    the baseline's output tokens/s a level may lose (0.10: at least 90 %).
+
+    Health fails first and alone (nothing else can be measured on a dead
+    endpoint). Without a baseline, the gate decides on health and the probe and
+    warns. A missing input counts as failed, never as passed.
+    """
+    if isinstance(tolerance, bool) or not isinstance(tolerance, int | float) or not 0 <= tolerance < 1:
+        raise ValueError(f"the benchmark tolerance is a fraction in [0, 1), not {tolerance!r}")
+    reasons: list[str] = []
+    warnings: list[str] = []
+    checks = {"health": False, "probe": None, "bench": None}
+    if not health or health.get("healthy") is not True:
+        detail = (health or {}).get("detail") or "no health result"
+        reasons.append(f"health: the endpoint is not healthy ({detail})")
+        return {"passed": False, "reasons": reasons, "warnings": warnings, "checks": checks}
+    checks["health"] = True
+
+    probe_reasons = []
+    if not probe:
+        probe_reasons.append("probe: no correctness probe result")
+    else:
+        if probe.get("identical") is not True:
+            probe_reasons.append(
+                "probe: the answers to the same prompt differ between requests (identical: no)"
+            )
+        if probe.get("matches_reference") is False:
+            probe_reasons.append(
+                "probe: the answers differ from the recorded reference (matches reference: no)"
+            )
+        elif probe.get("matches_reference") is None:
+            warnings.append("probe: no correctness reference recorded; identical answers only were checked")
+        if probe.get("tokens_sane") is not True:
+            probe_reasons.append("probe: the tokens per answer are out of range (tokens sanity: no)")
+        probe_reasons.extend(f"probe: {problem}" for problem in probe.get("problems") or [])
+    checks["probe"] = not probe_reasons
+    reasons.extend(probe_reasons)
+
+    base_levels = _level_map(baseline)
+    if not base_levels:
+        warnings.append("bench: no benchmark baseline recorded; gated on health and the probe only")
+    else:
+        bench_reasons = []
+        now_levels = _level_map(bench)
+        for concurrency, base in sorted(base_levels.items()):
+            level = now_levels.get(concurrency)
+            base_rate = _rate(base)
+            if level is None:
+                bench_reasons.append(f"bench: concurrency {concurrency} was not measured")
+                continue
+            errors = level.get("errors")
+            if isinstance(errors, int) and not isinstance(errors, bool) and errors > 0:
+                bench_reasons.append(f"bench: concurrency {concurrency}: {errors} request(s) failed")
+            rate = _rate(level)
+            if base_rate is None or base_rate <= 0:
+                warnings.append(
+                    f"bench: concurrency {concurrency} has no baseline rate; its speed is not gated"
+                )
+                continue
+            floor = base_rate * (1 - tolerance)
+            if rate is None or rate < floor:
+                shown = "none" if rate is None else f"{rate:.1f}"
+                bench_reasons.append(
+                    f"bench: concurrency {concurrency}: {shown} output tokens/s, under {floor:.1f} "
+                    f"({base_rate:.1f} baseline less {tolerance:.0%})"
+                )
+        checks["bench"] = not bench_reasons
+        reasons.extend(bench_reasons)
+    return {"passed": not reasons, "reasons": reasons, "warnings": warnings, "checks": checks}
