@@ -20,3 +20,14 @@ if str(SRC) not in sys.path:
     sys.path.insert(0, str(SRC))
 
 FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def iter_tasks(node):
+    """Every task mapping in a loaded tasks file or playbook, blocks and plays included."""
+    if isinstance(node, list):
+        for item in node:
+            yield from iter_tasks(item)
+    elif isinstance(node, dict):
+        yield node
+        for key in ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always"):
+            yield from iter_tasks(node.get(key) or [])

@@ -14,27 +14,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import iter_tasks
 
 ROOT = Path(__file__).resolve().parents[3]
 LOCAL_NAMES = {"localhost", "127.0.0.1", "::1"}
 
 
-def _tasks(node):
-    """Every task mapping below a play's or a task file's list, blocks included."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _tasks(item)
-    elif isinstance(node, dict):
-        yield node
-        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks", "handlers"):
-            if key in node:
-                yield from _tasks(node[key])
-
-
 def _delegations(play: dict) -> list[str]:
     return [
         str(task["delegate_to"])
-        for task in _tasks([play])
+        for task in iter_tasks([play])
         if "delegate_to" in task
         and str(task["delegate_to"]) not in LOCAL_NAMES
         # A task that names its own connection (vllm_image: ssh) is not affected.

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import iter_tasks
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = sorted(p.parent.parent.name for p in ROOT.glob("roles/*/defaults/main.yml"))
@@ -97,15 +98,7 @@ CALLERS = sorted(
 )
 
 
-def _tasks(node):
-    """Every task mapping in a loaded tasks file or playbook, blocks and plays included."""
-    if isinstance(node, list):
-        for item in node:
-            yield from _tasks(item)
-    elif isinstance(node, dict):
-        yield node
-        for key in ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always"):
-            yield from _tasks(node.get(key) or [])
+_tasks = iter_tasks
 
 
 def _role_calls():
