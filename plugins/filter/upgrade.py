@@ -7,6 +7,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.sparkops.vllm.plugins.module_utils import _upgrade
+from ansible_collections.sparkops.vllm.plugins.module_utils._cluster_memory_plan import release_of
 
 
 def upgrade_gate(health, probe, bench, baseline, tolerance):
@@ -22,8 +23,112 @@ def upgrade_kept_images(section):
     return _upgrade.kept_images(section)
 
 
+def upgrade_decide(
+    section, head_record, command, want_ref="", want_id="", *, host="the head", require_id=True
+):
+    """What upgrade.yml or rollback.yml does: ``{action, reason, refused, running, to, remove, rolled_back}``.
+
+    ``command``: ``upgrade``, ``confirm`` or ``rollback``. A refusal is not raised: ``refused``
+    holds the message (host, value, fix), so the play fails with it before anything changes.
+    """
+    out = {"action": "none", "reason": "", "refused": "", "running": None, "to": None, "remove": []}
+    try:
+        if command == "confirm":
+            out.update(_upgrade.plan_confirm(section, host=host))
+        elif command == "rollback":
+            out.update(_upgrade.plan_rollback(section, host=host))
+        elif command == "upgrade":
+            running = _upgrade.running_from_record(
+                head_record or {},
+                model_revision=None,
+                bench_baseline=None,
+                probe_reference=None,
+                now=_upgrade.utc_now(),
+                host=host,
+            )
+            want = _upgrade.target(
+                image_ref=str(want_ref or ""),
+                image_id=str(want_id or ""),
+                model_path=running["model_path"],
+                model_revision=None,
+            )
+            out["running"] = running
+            out.update(_upgrade.plan_upgrade(section, running, want, host=host, require_id=bool(require_id)))
+        else:
+            raise _upgrade.UpgradeRefused(
+                f"{host}: upgrade_command is upgrade or confirm (is {command!r}). Fix: `sparkops upgrade --image "
+                "REPO:TAG` or `sparkops upgrade --confirm`."
+            )
+    except _upgrade.UpgradeRefused as exc:
+        out.update(action="refused", refused=str(exc))
+    # The release a rollback plans for: the one the returned-to image holds.
+    out["to_vllm_version"] = release_of((out.get("to") or {}).get("vllm_version"))
+    return out
+
+
+def upgrade_running(head_record, host="the head", bench_baseline=None, probe_reference=None, now=None):
+    """The deployment the head's deployed record describes, with what was measured on it."""
+    try:
+        return _upgrade.running_from_record(
+            head_record or {},
+            model_revision=None,
+            bench_baseline=bench_baseline or None,
+            probe_reference=probe_reference or None,
+            now=now or _upgrade.utc_now(),
+            host=host,
+        )
+    except _upgrade.UpgradeRefused as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def upgrade_transition(section, step, now, *, verdict=None, new=None, timings=None, running=None, want=None):
+    """The ``upgrade`` section after ``step``: begin, finish, rolled_back or confirmed (docs/upgrades.md)."""
+    try:
+        if step == "begin":
+            return _upgrade.begin(section, running, want, now)
+        if step == "finish":
+            return _upgrade.finish(section, verdict or {}, new, timings=timings or {}, now=now)
+        if step == "rolled_back":
+            return _upgrade.rolled_back(section, verdict or {}, timings=timings or {}, now=now)
+        if step == "confirmed":
+            return _upgrade.confirmed(section, now=now)
+    except (_upgrade.UpgradeRefused, ValueError) as exc:
+        raise AnsibleFilterError(f"upgrade_transition {step}: {exc}") from None
+    raise AnsibleFilterError(f"upgrade_transition: unknown step {step!r}")
+
+
+def upgrade_probe_input(result):
+    """The gate's probe input from the correctness_probe module's registered result, failed or not."""
+    return _upgrade.probe_input(result)
+
+
+def upgrade_deploy_guard(section, run_ref, switching=False, host="the head"):
+    """ "" when deploy.yml may run ``run_ref`` beside the ``upgrade`` section; else why not and the fix."""
+    return _upgrade.deploy_guard(section, str(run_ref or ""), switching=bool(switching), host=host)
+
+
+def upgrade_downtime_line(attempt):
+    """The sentence an upgrade or rollback ends with: how long the endpoint was down."""
+    return _upgrade.downtime_line(attempt)
+
+
+def upgrade_node_images(section):
+    """Every node's ``upgrade_images`` section from the head's ``upgrade`` section."""
+    return _upgrade.node_images(section)
+
+
 class FilterModule:
     """sparkops.vllm upgrade filters."""
 
     def filters(self):
-        return {"upgrade_gate": upgrade_gate, "upgrade_kept_images": upgrade_kept_images}
+        return {
+            "upgrade_gate": upgrade_gate,
+            "upgrade_kept_images": upgrade_kept_images,
+            "upgrade_decide": upgrade_decide,
+            "upgrade_running": upgrade_running,
+            "upgrade_transition": upgrade_transition,
+            "upgrade_probe_input": upgrade_probe_input,
+            "upgrade_deploy_guard": upgrade_deploy_guard,
+            "upgrade_downtime_line": upgrade_downtime_line,
+            "upgrade_node_images": upgrade_node_images,
+        }

@@ -189,6 +189,12 @@ def _release(version):
     return None if match is None else tuple(int(part or 0) for part in match.groups())
 
 
+def release_of(version):
+    """The X.Y.Z release of a vLLM version string (``0.17.1+sparkops.lab`` -> ``0.17.1``), or None."""
+    release = _release(version)
+    return None if release is None else ".".join(map(str, release))
+
+
 def version_mismatch(image_version, planned_version, host="the head"):
     """The image's vLLM decides: a message when it is not the release the plan assumed, else "".
 

@@ -103,22 +103,30 @@ def judge(
     {"error": str|None, "text": str|None, "completion_tokens": int|None}."""
     problems: list[str] = []
     answers: list[dict[str, Any]] = []
+    # What the upgrade's gate reads (_upgrade.probe_input): each kind of problem apart.
+    other: list[str] = []
+    identical = tokens_sane = True
     for index, (prompt, replies) in enumerate(zip(prompts, results, strict=True)):
         label = f"prompt {index + 1}"
         errors = [r["error"] for r in replies if r.get("error")]
         for error in dict.fromkeys(errors):
-            problems.append(f"{label}: {errors.count(error)} of {len(replies)} request(s) failed: {error}")
+            other.append(f"{label}: {errors.count(error)} of {len(replies)} request(s) failed: {error}")
+            problems.append(other[-1])
         good = [r for r in replies if not r.get("error")]
         texts = [r.get("text") for r in good]
         if any(not (text or "").strip() for text in texts):
+            tokens_sane = False
             problems.append(f"{label}: an answer is empty")
         for tokens in sorted({r.get("completion_tokens") for r in good}, key=lambda t: (t is None, t or 0)):
             if tokens is None:
+                tokens_sane = False
                 problems.append(f"{label}: an answer has no usage.completion_tokens")
             elif not min_tokens <= tokens <= max_tokens:
+                tokens_sane = False
                 problems.append(f"{label}: {tokens} completion tokens, outside [{min_tokens}, {max_tokens}]")
         distinct = list(dict.fromkeys(texts))
         if len(distinct) > 1:
+            identical = False
             problems.append(
                 f"{label}: {len(distinct)} different answers to {len(good)} identical requests sent at once "
                 f"(temperature 0, fixed seed)"
@@ -147,6 +155,11 @@ def judge(
     return {
         "ok": ok,
         "problems": problems,
+        "identical": identical,
+        "tokens_sane": tokens_sane,
+        # Only meaningful when compared_with_reference: the consistent answers equal the reference.
+        "matches_reference": recorded and consistent and reference.get("digest") == digest,
+        "other_problems": other,
         "answers": answers,
         "digest": digest,
         "deployment_key": key,

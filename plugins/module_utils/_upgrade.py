@@ -60,6 +60,11 @@ class UpgradeRefused(ValueError):
     """An upgrade, rollback or confirm that cannot start: the message names host, value and fix."""
 
 
+def utc_now() -> str:
+    """The controller's clock as the record writes times: ISO 8601, UTC, seconds."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def _now_ok(now: str) -> str:
     parse_time(now)
     return now
@@ -201,6 +206,13 @@ def same_deployment(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) ->
     return all(a.get(key) == b.get(key) for key in IDENTITY_KEYS)
 
 
+def _same_by_ref(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Whether two deployments name the same image reference and model revision (IDs unknown)."""
+    if not a or not b:
+        return False
+    return all(a.get(key) == b.get(key) for key in ("image_ref", "model_path", "model_revision"))
+
+
 def target(*, image_ref: str, image_id: str, model_path: str, model_revision: str | None) -> dict[str, Any]:
     """What an upgrade asks for: an image (by ID, once resolved) and a model revision."""
     return {
@@ -215,7 +227,12 @@ def target(*, image_ref: str, image_id: str, model_path: str, model_revision: st
 
 
 def plan_upgrade(
-    section: Mapping[str, Any] | None, running: Mapping[str, Any], want: Mapping[str, Any], *, host: str
+    section: Mapping[str, Any] | None,
+    running: Mapping[str, Any],
+    want: Mapping[str, Any],
+    *,
+    host: str,
+    require_id: bool = True,
 ) -> dict[str, Any]:
     """What ``upgrade.yml`` does: ``{action, reason}``; refuses what it cannot do.
 
@@ -224,18 +241,25 @@ def plan_upgrade(
     ``none`` (the current deployment is the target already: a rerun changes
     nothing), ``upgrade`` (record, ship, restart, gate), ``resume`` (an attempt
     at this target was interrupted before its gate: run it again from the ship).
+    ``require_id=False`` decides before the target is on the head (its ID unknown
+    yet): the phase rules apply, and the target is compared by reference.
     """
     doc = load(section)
-    if not want.get("image_id") or not str(want["image_id"]).startswith("sha256:"):
+    known = bool(want.get("image_id")) and str(want["image_id"]).startswith("sha256:")
+    if not known and require_id:
         raise UpgradeRefused(
             f"{host}: the image {want.get('image_ref')!r} is not on the head (no image ID found for it). "
             "Fix: give an image the vllm_image stage can put on the head (pull, build or archive), e.g. "
             "`sparkops upgrade --image REPO:TAG` with the image loaded or pullable there."
         )
-    current = doc["current"] or running
+    # Before the image is on the head its ID is unknown: it is told apart by its reference.
+    same = same_deployment if known else _same_by_ref
+    # The record's image and serve sections always describe what runs; a steady section's
+    # current deployment may be older (deploy.yml may have changed it since a confirm).
+    current = running if doc["phase"] == STEADY else (doc["current"] or running)
     if doc["phase"] == UPGRADING:
         attempt = doc["attempt"] or {}
-        if same_deployment(attempt.get("target"), want):
+        if same(attempt.get("target"), want):
             return {
                 "action": "resume",
                 "reason": f"the upgrade to {want['image_ref']} was interrupted; running it again",
@@ -245,12 +269,13 @@ def plan_upgrade(
             f"and {want['image_ref']} is asked for. Fix: `sparkops rollback` to the recorded deployment "
             f"({current.get('image_ref')}), or rerun the interrupted upgrade."
         )
-    if same_deployment(current, want):
+    if same(current, want):
         return {
             "action": "none",
-            "reason": f"{want['image_ref']} ({want['image_id'][:19]}) is the current deployment already",
+            "reason": f"{want['image_ref']} ({(want.get('image_id') or 'by reference')[:19]}) is the current "
+            "deployment already",
         }
-    if doc["phase"] == ROLLED_BACK and same_deployment(doc["discarded"], want):
+    if doc["phase"] == ROLLED_BACK and same(doc["discarded"], want):
         # The same bad target again: nothing changes (a rerun is changed=0); the caller reports it as not current.
         when = (doc["attempt"] or {}).get("rolled_back_at") or "the last run"
         return {
@@ -313,6 +338,14 @@ def plan_confirm(section: Mapping[str, Any] | None, *, host: str) -> dict[str, A
             f"{host}: an upgrade to {((doc['attempt'] or {}).get('target') or {}).get('image_ref')} was interrupted "
             "before its gate; there is nothing gated to confirm. Fix: rerun that upgrade, or `sparkops rollback`."
         )
+    if not kept and doc["phase"] == STEADY and doc["attempt"] and doc["attempt"].get("confirmed_at"):
+        # A second --confirm: the first one removed what was kept; nothing changes.
+        return {
+            "action": "none",
+            "remove": [],
+            "reason": f"confirmed already at {doc['attempt']['confirmed_at']}; "
+            f"{(doc['current'] or {}).get('image_ref')} is the only deployment kept",
+        }
     if not kept:
         raise UpgradeRefused(
             f"{host}: nothing is pending confirmation (phase {doc['phase']}); the current deployment is "
@@ -477,6 +510,58 @@ def node_images(section: Mapping[str, Any] | None) -> dict[str, Any]:
         item = doc[name]
         images[name] = {"ref": item.get("image_ref"), "id": item.get("image_id")} if item else None
     return {"phase": doc["phase"], "kept": kept_images(doc), **images}
+
+
+# -- deploy.yml beside an upgrade ------------------------------------------------
+
+
+def deploy_guard(section: Mapping[str, Any] | None, run_ref: str, *, switching: bool, host: str) -> str:
+    """ "" when deploy.yml may run ``run_ref``; else why not, with the fix.
+
+    While an upgrade is open (``upgrading``) or keeps a deployment for a rollback
+    (``awaiting_confirm``, ``rolled_back``), only upgrade.yml and rollback.yml
+    (``switching``) change the image: deploy.yml with another image would restart
+    the cluster behind the gate and lose track of the kept one. In ``steady`` (or
+    never upgraded) deploy.yml changes images as it always did.
+    """
+    doc = load(section)
+    if switching or doc["phase"] == STEADY:
+        return ""
+    current = (doc["current"] or {}).get("image_ref")
+    if doc["phase"] == UPGRADING:
+        wanted = ((doc["attempt"] or {}).get("target") or {}).get("image_ref")
+        return (
+            f"{host}: an upgrade to {wanted} was interrupted before its gate, so deploy.yml does not change the "
+            f"image (it would run {run_ref}). Fix: rerun `sparkops upgrade --image {wanted}`, or `sparkops rollback`."
+        )
+    if run_ref == current:
+        return ""
+    return (
+        f"{host}: `sparkops upgrade` made {current} the current deployment (phase {doc['phase']}); deploy.yml would "
+        f"run {run_ref}, and it does not change images behind the upgrade's gate. Fix: set vllm_image_ref "
+        f"(and its archive) in the inventory to {current}, or `sparkops upgrade --image {run_ref}` to go through "
+        "the gate, or `sparkops rollback` / `sparkops upgrade --confirm` first."
+    )
+
+
+def probe_input(result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The gate's probe input (``PROBE_KEYS``) from the correctness_probe module's result, failed or not.
+
+    A probe that could not judge (the module refused, or no result) is a failed
+    probe: every flag false, its message the problem.
+    """
+    result = result or {}
+    if "identical" not in result:
+        problem = str(result.get("msg") or "the correctness probe did not run")
+        return {"identical": False, "matches_reference": False, "tokens_sane": False, "problems": [problem]}
+    return {
+        "identical": result.get("identical") is True,
+        "matches_reference": (
+            result.get("matches_reference") if result.get("compared_with_reference") else None
+        ),
+        "tokens_sane": result.get("tokens_sane") is True,
+        "problems": [str(p) for p in result.get("other_problems") or []],
+    }
 
 
 # -- downtime --------------------------------------------------------------------

@@ -107,6 +107,23 @@ deployment_key:
   description: The digest of what decides the answers.
   returned: always
   type: str
+identical:
+  description: Whether every prompt's identical requests got one answer.
+  returned: always
+  type: bool
+tokens_sane:
+  description: Whether every answer has text and its completion tokens within O(min_tokens)..O(max_tokens).
+  returned: always
+  type: bool
+matches_reference:
+  description: With RV(compared_with_reference), whether the answers equal the reference.
+  returned: always
+  type: bool
+other_problems:
+  description: The problems that are neither disagreement, token counts nor the reference (failed requests).
+  returned: always
+  type: list
+  elements: str
 compared_with_reference:
   description: Whether a reference of this deployment was found and compared with.
   returned: always

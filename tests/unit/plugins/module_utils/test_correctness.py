@@ -167,3 +167,34 @@ def test_reference_of_reads_the_section_or_nothing():
     assert reference_of({"sections": {"correctness": {"digest": "x"}}}) == {"digest": "x"}
     assert reference_of({"sections": {"correctness": "bad"}}) == {}
     assert reference_of({}) == {}
+
+
+@pytest.mark.parametrize(
+    ("results", "reference", "flags"),
+    [
+        (CONSISTENT, {}, (True, True, False, [])),
+        (CONSISTENT, REFERENCE, (True, True, True, [])),
+        ([[ok("a"), ok("a!")] * 2, [ok("b", 7)] * 4], REFERENCE, (False, True, False, [])),
+        ([[ok("a")] * 4, [ok("c", 7)] * 4], REFERENCE, (True, True, False, [])),
+        ([[ok("a", 0)] * 4, [ok("b", 7)] * 4], {}, (True, False, False, [])),
+        ([[ok("  ")] * 4, [ok("b", 7)] * 4], {}, (True, False, False, [])),
+        (
+            [
+                [ok("a")] * 3 + [{"error": "HTTP 503: down", "text": None, "completion_tokens": None}],
+                [ok("b", 7)] * 4,
+            ],
+            {},
+            (True, True, False, ["prompt 1: 1 of 4 request(s) failed: HTTP 503: down"]),
+        ),
+    ],
+    ids=["first", "same", "garbled", "drift", "tokens", "empty", "error"],
+)
+def test_judge_reports_each_kind_of_problem_apart_for_the_upgrade_gate(results, reference, flags):
+    # (identical, tokens_sane, matches_reference, other_problems): what _upgrade.probe_input reads.
+    result = verdict(results, reference)
+    assert (
+        result["identical"],
+        result["tokens_sane"],
+        result["matches_reference"],
+        result["other_problems"],
+    ) == flags

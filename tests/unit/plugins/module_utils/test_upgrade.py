@@ -294,15 +294,39 @@ def test_rollback_on_demand_swaps_and_a_second_one_changes_nothing():
     assert up.plan_rollback(back, host="spark-1")["action"] == "none"
 
 
-def test_confirm_removes_the_kept_image_and_a_second_confirm_is_refused():
+def test_confirm_removes_the_kept_image_and_a_second_confirm_changes_nothing():
     doc = _pass_upgrade()
     decision = up.plan_confirm(doc, host="spark-1")
     assert decision == {"action": "confirm", "remove": ["vllm:old"], "reason": decision["reason"]}
     done = up.confirmed(doc, now=T1)
     assert done["phase"] == up.STEADY and done["previous"] is None
     assert up.kept_images(done) == ["vllm:new"]
+    again = up.plan_confirm(done, host="spark-1")
+    assert again["action"] == "none" and again["remove"] == []
+    assert "confirmed already" in again["reason"]
+
+
+def test_confirm_with_nothing_ever_upgraded_is_refused():
     with pytest.raises(up.UpgradeRefused, match=r"spark-1: nothing is pending confirmation.*Fix:"):
-        up.plan_confirm(done, host="spark-1")
+        up.plan_confirm(None, host="spark-1")
+
+
+def test_before_the_image_is_on_the_head_the_phase_rules_apply_by_reference():
+    # The ID is unknown: compared by reference; a steady section decides on what runs.
+    unknown = _want("vllm:new", "")
+    assert up.plan_upgrade(None, _deployment(), unknown, host="h", require_id=False)["action"] == "upgrade"
+    assert (
+        up.plan_upgrade(None, _deployment(), _want("vllm:old", ""), host="h", require_id=False)["action"]
+        == "none"
+    )
+    with pytest.raises(up.UpgradeRefused, match="only one deployment is kept"):
+        up.plan_upgrade(_pass_upgrade(), _deployment(), _want("vllm:third", ""), host="h", require_id=False)
+
+
+def test_a_steady_section_decides_on_the_running_deployment():
+    # deploy.yml changed the image after a confirm: the record's sections are the truth.
+    done = up.confirmed(_pass_upgrade(), now=T1)
+    assert up.plan_upgrade(done, _deployment(), _want("vllm:new", NEW_ID), host="h")["action"] == "upgrade"
 
 
 def test_confirm_after_a_rollback_removes_the_abandoned_image():
@@ -479,3 +503,64 @@ def test_another_target_after_a_rollback_needs_a_confirm_first():
 def test_begin_refuses_while_a_deployment_is_kept():
     with pytest.raises(up.UpgradeRefused, match="confirm or roll back first"):
         up.begin(_pass_upgrade(), _deployment(), _want("vllm:third", "sha256:" + "c" * 64), T1)
+
+
+def test_probe_input_from_the_probe_module():
+    passed = {
+        "identical": True,
+        "tokens_sane": True,
+        "matches_reference": True,
+        "compared_with_reference": True,
+        "other_problems": [],
+    }
+    assert up.probe_input(passed) == GOOD_PROBE
+    # No reference of this deployment: the gate warns instead of comparing.
+    first = dict(passed, compared_with_reference=False, matches_reference=False)
+    assert up.probe_input(first)["matches_reference"] is None
+    garbled = dict(passed, identical=False, matches_reference=False)
+    verdict = up.gate(HEALTHY, up.probe_input(garbled), None, None, 0.1)
+    assert not verdict["passed"] and "identical: no" in verdict["reasons"][0]
+    # The module refused before judging (no serve in the record): a failed probe, with its message.
+    refused = up.probe_input({"failed": True, "msg": "correctness_probe: the deployed record lacks image_id"})
+    assert refused == {
+        "identical": False,
+        "matches_reference": False,
+        "tokens_sane": False,
+        "problems": ["correctness_probe: the deployed record lacks image_id"],
+    }
+    assert up.probe_input(None)["problems"] == ["the correctness probe did not run"]
+
+
+@pytest.mark.parametrize(
+    ("section", "run_ref", "switching", "expected"),
+    [
+        (None, "vllm:any", False, ""),
+        ("steady", "vllm:other", False, ""),
+        ("awaiting_confirm", "vllm:new", False, ""),
+        ("awaiting_confirm", "vllm:old", True, ""),
+        (
+            "awaiting_confirm",
+            "vllm:old",
+            False,
+            "spark-1: `sparkops upgrade` made vllm:new the current deployment",
+        ),
+        (
+            "rolled_back",
+            "vllm:new",
+            False,
+            "spark-1: `sparkops upgrade` made vllm:old the current deployment",
+        ),
+        ("upgrading", "vllm:old", False, "spark-1: an upgrade to vllm:new was interrupted before its gate"),
+    ],
+)
+def test_deploy_guard(section, run_ref, switching, expected):
+    sections = {
+        None: None,
+        "steady": up.confirmed(_pass_upgrade(), now=T1),
+        "awaiting_confirm": _pass_upgrade(),
+        "rolled_back": up.rolled_back(_pass_upgrade(), {"passed": True}, timings={}, now=T1),
+        "upgrading": up.begin(None, _deployment(), _want(), T0),
+    }
+    message = up.deploy_guard(sections[section], run_ref, switching=switching, host="spark-1")
+    assert message.startswith(expected)
+    assert (not message) or "Fix:" in message
