@@ -23,6 +23,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from ansible_collections.sparkops.vllm.plugins.module_utils._launch_script import render_command
 from fake_docker import install
 from test_vllm_standin import (  # noqa: F401 - fixtures
     PROBE_PROMPT,
@@ -335,3 +336,34 @@ def test_garble_answers_alone_but_garbles_two_requests_at_once(serve, env):
     texts = [text for text, _ in concurrent_answers(server, 2, PROBE_PROMPT)]
     assert all("garbled-" in text for text in texts) and len(set(texts)) == 2
     assert server.stop() == 0
+
+
+# --- how the image's environment reaches serve (lab/README.md, "Image variants") ---------
+
+
+def test_serve_runs_a_container_of_the_image_that_execs_vllm():
+    """Serve is `docker run <image>` of a bash launch script that execs vllm: the image's ENV is its environment."""
+    unit = (ROOT / "roles" / "vllm_serve" / "templates" / "vllm.service.j2").read_text()
+    start = unit[unit.index("\nExecStart=") + 1 : unit.index("\nExecStop=")]
+    assert start.startswith("ExecStart=/usr/bin/docker run --rm ")
+    assert "docker exec" not in start
+    assert start.rstrip().endswith(
+        "--entrypoint /bin/bash \\\n  {{ vllm_serve_image }} {{ _vllm_serve_layout.launch_script_mount }}"
+    )
+    launch = (ROOT / "templates" / "vllm-launch.sh.j2").read_text()
+    assert launch.rstrip().endswith("set -euo pipefail\n{{ launch_script_command }}")
+    assert render_command(["serve", "/models/tiny"]) == "exec vllm serve /models/tiny"
+    assert not re.search(r"\benv -i\b|\bunset\b", launch)
+
+
+def test_nothing_the_product_writes_overrides_a_baked_in_switch():
+    """No role, template, plugin or inventory names a stand-in switch (an --env-file line would win over ENV)."""
+    found = [
+        str(path.relative_to(ROOT))
+        for top in ("roles", "templates", "plugins", "inventory", "playbooks")
+        for path in sorted((ROOT / top).rglob("*"))
+        if path.is_file()
+        and path.suffix in {".yml", ".j2", ".py", ".sh"}
+        and "SPARKOPS_LAB_VLLM_" in path.read_text()
+    ]
+    assert found == []
