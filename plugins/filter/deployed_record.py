@@ -4,11 +4,19 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+
 from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record as record
 
 
 def deployed_record(text, section=None):
-    """The record in a file's text (an empty record when absent or unreadable), or one section of it."""
+    """The record in a file's text (an empty record when absent or unreadable), or one section of it.
+
+    A record already read (a dict, what this filter returned) is read again the same way.
+    """
+    if isinstance(text, Mapping):
+        text = json.dumps(dict(text), default=str)
     doc = record.load(text)
     return doc if section is None else record.section(doc, section)
 
