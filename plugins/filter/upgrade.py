@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # Copyright: sparkops.vllm contributors
-"""The upgrade's gate and record readers (plugins/module_utils/_upgrade.py, docs/upgrades.md)."""
+"""The upgrade's gate, record readers and image for a version (plugins/module_utils/_upgrade.py, docs/upgrades.md)."""
 
 from __future__ import annotations
 
@@ -117,6 +117,14 @@ def upgrade_node_images(section):
     return _upgrade.node_images(section)
 
 
+def upgrade_image_for_version(version, template, host):
+    """The image ``--vllm-version`` asks for: the inventory's ``upgrade_image_ref_template`` with the version in it."""
+    try:
+        return _upgrade.image_for_version(version, template, host=str(host))
+    except _upgrade.UpgradeRefused as exc:
+        raise AnsibleFilterError(f"upgrade_image_for_version: {exc}") from None
+
+
 class FilterModule:
     """sparkops.vllm upgrade filters."""
 
@@ -131,4 +139,5 @@ class FilterModule:
             "upgrade_deploy_guard": upgrade_deploy_guard,
             "upgrade_downtime_line": upgrade_downtime_line,
             "upgrade_node_images": upgrade_node_images,
+            "upgrade_image_for_version": upgrade_image_for_version,
         }

@@ -17,9 +17,12 @@ are named in ``HEALTH_KEYS``, ``PROBE_KEYS`` and ``BENCH_KEYS``.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
+
+from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract import VLLM_VERSION
 
 SECTION = "upgrade"
 # Every node's record (workers included) keeps which images it must hold for a rollback.
@@ -221,6 +224,98 @@ def target(*, image_ref: str, image_id: str, model_path: str, model_revision: st
         "model_path": model_path,
         "model_revision": model_revision,
     }
+
+
+# -- what an upgrade asks for ----------------------------------------------------
+
+# A Docker image reference, as Docker's own parser (distribution/reference) takes it:
+# [REGISTRY[:PORT]/]PATH[:TAG][@DIGEST], each path component lower-case.
+_REF_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_REF_DOMAIN = rf"(?:{_REF_DOMAIN_PART}(?:\.{_REF_DOMAIN_PART})*|\[[0-9a-fA-F:]+\])(?::[0-9]+)?"
+_REF_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REF_NAME = rf"(?:{_REF_DOMAIN}/)?{_REF_PATH_PART}(?:/{_REF_PATH_PART})*"
+_REF_TAG = r"\w[\w.-]{0,127}"
+_REF_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+IMAGE_REFERENCE = re.compile(rf"(?P<name>{_REF_NAME})(?::{_REF_TAG})?(?:@{_REF_DIGEST})?", re.ASCII)
+IMAGE_REFERENCE_NAME_MAX = 255
+IMAGE_REFERENCE_FORM = "[REGISTRY[:PORT]/]REPOSITORY[:TAG][@DIGEST], the repository lower-case"
+
+VLLM_VERSION_FORM = "X.Y.Z as vLLM releases it, optionally with rc1, .post1 or .dev1, no leading 'v'"
+
+# A Hugging Face revision: a branch or tag name (git's ref rules) or a 40-hex commit.
+_REVISION_FORBIDDEN = re.compile(r"[\s\x00-\x1f\x7f~^:?*\[\\]|\.\.|@\{|//")
+MODEL_REVISION_FORM = "a branch or tag name of the model's repository, or a 40-hex commit"
+
+UPGRADE_IMAGE_TEMPLATE_SETTING = "upgrade_image_ref_template"
+VERSION_PLACEHOLDER = "{version}"
+
+
+def valid_image_reference(value: Any) -> bool:
+    """Whether ``value`` is an image reference Docker accepts (``example/vllm-spark:0.17.1``)."""
+    if not isinstance(value, str):
+        return False
+    match = IMAGE_REFERENCE.fullmatch(value)
+    return bool(match) and len(match.group("name")) <= IMAGE_REFERENCE_NAME_MAX
+
+
+def valid_vllm_version(value: Any) -> bool:
+    """Whether ``value`` is a vLLM release version: the inventory's rule for ``sparkops_vllm_version``."""
+    return isinstance(value, str) and bool(VLLM_VERSION.fullmatch(value))
+
+
+def valid_model_revision(value: Any) -> bool:
+    """Whether ``value`` can name a Hugging Face revision (``main``, ``v1.0``, ``refs/pr/3``, a commit).
+
+    Refused: empty, whitespace or control characters, a leading ``-`` (an option to
+    a command line), ``..`` (a path out of the snapshots), what git forbids in a
+    ref name (``~ ^ : ? * [ \\``, ``@{``, ``//``), and a trailing ``/``, ``.`` or ``.lock``.
+    """
+    if not isinstance(value, str) or not value or value.startswith(("-", "/")):
+        return False
+    if value.endswith(("/", ".", ".lock")) or _REVISION_FORBIDDEN.search(value):
+        return False
+    return value.isprintable()
+
+
+def image_for_version(version: str, template: str, *, host: str) -> str:
+    """The image ``--vllm-version VERSION`` asks for: the inventory's ``upgrade_image_ref_template``, filled.
+
+    The template holds ``{version}`` exactly once and no other brace, e.g.
+    ``example/vllm-spark:{version}``; the result must be an image reference
+    Docker accepts. Refusals name the host, the value and the fix.
+    """
+    if not valid_vllm_version(version):
+        shown = "nothing" if version in (None, "") else repr(version)
+        raise UpgradeRefused(
+            f"{host}: the vLLM version {shown} is not a vLLM release version ({VLLM_VERSION_FORM}). "
+            "Fix: give it as vLLM releases it, e.g. `sparkops upgrade --vllm-version 0.17.1`, or give --image."
+        )
+    setting = UPGRADE_IMAGE_TEMPLATE_SETTING
+    if template is None or (isinstance(template, str) and not template.strip()):
+        raise UpgradeRefused(
+            f"{host}: {setting} is empty, so the vLLM version {version} names no image. "
+            f"Fix: set {setting} in the inventory, or give --image "
+            f'(e.g. {setting}: "example/vllm-spark:{VERSION_PLACEHOLDER}").'
+        )
+    if (
+        not isinstance(template, str)
+        or template.count(VERSION_PLACEHOLDER) != 1
+        or "{" in template.replace(VERSION_PLACEHOLDER, "")
+        or "}" in template.replace(VERSION_PLACEHOLDER, "")
+    ):
+        raise UpgradeRefused(
+            f"{host}: {setting} {template!r} must hold {VERSION_PLACEHOLDER} exactly once and no other brace. "
+            f"Fix: set it to the image reference with {VERSION_PLACEHOLDER} where the version goes, "
+            f'e.g. "example/vllm-spark:{VERSION_PLACEHOLDER}", or give --image.'
+        )
+    ref = template.replace(VERSION_PLACEHOLDER, version)
+    if not valid_image_reference(ref):
+        raise UpgradeRefused(
+            f"{host}: {setting} {template!r} with the vLLM version {version} gives {ref!r}, which is not a Docker "
+            f"image reference ({IMAGE_REFERENCE_FORM}). Fix: correct {setting} in the inventory, "
+            f'e.g. "example/vllm-spark:{VERSION_PLACEHOLDER}", or give --image.'
+        )
+    return ref
 
 
 # -- decisions before anything changes -----------------------------------------

@@ -9,6 +9,7 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import NoReturn
 
 from sparkops_cli.events import (
@@ -20,7 +21,7 @@ from sparkops_cli.events import (
     EXIT_USAGE,
 )
 from sparkops_cli.extravars import ExtraVarsError, parse_extra_vars
-from sparkops_cli.project import PLAYBOOKS, ProjectNotFound, diagnose_module, find_project
+from sparkops_cli.project import PLAYBOOKS, ProjectNotFound, diagnose_module, find_project, upgrade_module
 
 COMMANDS = {
     "deploy": "deploy the cluster: every stage of deploy.yml (validate, preflight, network, image, model, Ray, serve)",
@@ -39,6 +40,12 @@ COMMANDS = {
     "inter-token latency per concurrency level (bench/bench.json, bench.md, bench.png); changes no node",
     "probe": "the correctness probe: identical greedy requests sent at once must give identical answers, "
     "equal to the deployment's recorded reference (probe.json)",
+    "upgrade": "upgrade the cluster to another image (--image REF [--archive PATH], or --vllm-version V "
+    "through the inventory's upgrade_image_ref_template) and/or model revision (--model-revision REV), "
+    "gated on health, the correctness probe and the benchmark, rolled back when the gate fails; the "
+    "previous deployment stays on every node until --confirm removes it; docs/upgrades.md",
+    "rollback": "return to the deployment before the last upgrade (its image is still on every node, so "
+    "nothing is downloaded), gated as an upgrade; docs/upgrades.md",
 }
 WATCHDOG_ACTIONS = ("status", "pause", "resume")
 
@@ -135,8 +142,44 @@ def build_parser() -> Parser:
                 default="status",
             )
             child.add_argument("--reason", metavar="TEXT", help="with pause: the reason status shows")
+        if name == "upgrade":
+            add_upgrade_options(child)
     add_logs_parser(sub)
     return parser
+
+
+def add_upgrade_options(child: argparse.ArgumentParser) -> None:
+    what = child.add_mutually_exclusive_group()
+    what.add_argument(
+        "--image",
+        metavar="REF",
+        help="the image to upgrade to ([REGISTRY/]REPOSITORY[:TAG][@DIGEST]); pulled on the head unless "
+        "--archive gives it",
+    )
+    what.add_argument(
+        "--vllm-version",
+        metavar="V",
+        help="the vLLM release to upgrade to (e.g. 0.17.1, 0.11.0rc1); the image is the inventory's "
+        "upgrade_image_ref_template with V in it",
+    )
+    what.add_argument(
+        "--confirm",
+        action="store_true",
+        help="keep the current deployment and remove the image kept for a rollback; takes no other "
+        "upgrade option",
+    )
+    child.add_argument(
+        "--archive",
+        metavar="PATH",
+        help="with --image: a `docker save` archive on this machine that holds REF, sent to the nodes "
+        "instead of a pull",
+    )
+    child.add_argument(
+        "--model-revision",
+        metavar="REV",
+        help="the model's Hugging Face revision to serve (a branch, a tag or a 40-hex commit); with "
+        "--image or --vllm-version, or alone",
+    )
 
 
 LOGS_HELP = (
@@ -246,10 +289,94 @@ def watchdog_extra_vars(args: argparse.Namespace, parser: Parser) -> list[str]:
     return [json.dumps(values)]
 
 
+def upgrade_extra_vars(
+    args: argparse.Namespace, parser: Parser, rules: ModuleType, cwd: Path | None = None
+) -> list[str]:
+    """The -e values of ``sparkops upgrade`` for playbooks/upgrade.yml.
+
+    ``rules``: the collection's plugins/module_utils/_upgrade.py (``upgrade_module``),
+    whose image-reference, version and revision rules the options must meet.
+    ``--archive`` is made absolute against ``cwd`` (the playbooks run from the root).
+    """
+    if args.confirm:
+        others = [
+            option
+            for option, value in (("--archive", args.archive), ("--model-revision", args.model_revision))
+            if value is not None
+        ]
+        if others:
+            parser.error(
+                f"--confirm takes no other upgrade option (given: {', '.join(others)}): it keeps the "
+                "current deployment and removes the one kept for a rollback"
+            )
+        return [json.dumps({"upgrade_command": "confirm"})]
+    if args.image is None and args.vllm_version is None and args.model_revision is None:
+        parser.error(
+            "sparkops upgrade needs --image REF or --vllm-version V (and/or --model-revision REV), "
+            "or --confirm to keep a passed upgrade"
+        )
+    values = {"upgrade_command": "upgrade"}
+    if args.image is not None:
+        if not rules.valid_image_reference(args.image):
+            parser.error(
+                f"--image {args.image!r} is not a Docker image reference ({rules.IMAGE_REFERENCE_FORM}); "
+                "e.g. --image example/vllm-spark:0.17.1"
+            )
+        values["upgrade_image_ref"] = args.image
+    if args.archive is not None:
+        if args.image is None:
+            parser.error("--archive goes with --image REF, the reference the archive's image is tagged with")
+        values["upgrade_image_archive"] = str(_archive_path(args.archive, parser, cwd or Path.cwd()))
+    if args.vllm_version is not None:
+        if not rules.valid_vllm_version(args.vllm_version):
+            parser.error(
+                f"--vllm-version {args.vllm_version!r} is not a vLLM release version "
+                f"({rules.VLLM_VERSION_FORM}); e.g. --vllm-version 0.17.1"
+            )
+        values["upgrade_vllm_version"] = args.vllm_version
+    if args.model_revision is not None:
+        if not rules.valid_model_revision(args.model_revision):
+            parser.error(
+                f"--model-revision {args.model_revision!r} is not a Hugging Face revision "
+                f"({rules.MODEL_REVISION_FORM}; no whitespace, control characters, leading '-' or '..')"
+            )
+        values["upgrade_model_revision"] = args.model_revision
+    return [json.dumps(values)]
+
+
+def _archive_path(given: str, parser: Parser, cwd: Path) -> Path:
+    path = (cwd / given).resolve()
+    try:
+        if path.is_file():
+            return path
+        problem = "is not a regular file" if path.exists() else "does not exist"
+    except OSError as exc:
+        problem = f"cannot be read ({exc.strerror})"
+    parser.error(f"--archive {given}: {path} {problem}; give the `docker save` archive of the --image")
+
+
+def upgrade_argv(args: argparse.Namespace) -> list[str]:
+    """``sparkops upgrade``'s own options as given, for the displayed command."""
+    argv = []
+    for option, value in (
+        ("--image", args.image),
+        ("--vllm-version", args.vllm_version),
+        ("--archive", args.archive),
+        ("--model-revision", args.model_revision),
+    ):
+        if value is not None:
+            argv += [option, value]
+    if args.confirm:
+        argv.append("--confirm")
+    return argv
+
+
 def redacted_argv(args: argparse.Namespace, extra_display: list[str]) -> list[str]:
     argv = ["sparkops", args.command]
     if args.command == "watchdog":
         argv.append(args.action)
+    if args.command == "upgrade":
+        argv += upgrade_argv(args)
     for path in args.inventory:
         argv += ["-i", path]
     if args.check:
@@ -336,9 +463,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sparkops_cli.run import PlaybookRun, default_run_dir, prepare_run_dir  # noqa: PLC0415
 
     cwd = Path.cwd()
+    own: list[str] = []
     try:
         project = find_project(cwd)
-        extra = parse_extra_vars(args.extra_vars, cwd)
+        if args.command == "upgrade":
+            # After the user's -e: the options win. They are shown as options, not as their -e.
+            own = upgrade_extra_vars(args, parser, upgrade_module(project), cwd)
+        extra = parse_extra_vars([*args.extra_vars, *own], cwd)
     except (ProjectNotFound, ExtraVarsError) as exc:
         parser.error(str(exc))
     playbook = PLAYBOOKS[args.command]
@@ -359,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         project=project,
         playbook=playbook,
         run_dir=run_dir,
-        display_argv=redacted_argv(args, [item.display for item in extra]),
+        display_argv=redacted_argv(args, [item.display for item in extra[: len(args.extra_vars)]]),
         inventory=inventory,
         check=args.check,
         extra=extra,

@@ -10,6 +10,7 @@ the package was installed from (``pip install -e .``).
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -30,6 +31,8 @@ PLAYBOOKS = {
     "watchdog": "playbooks/watchdog_control.yml",
     "bench": "playbooks/bench.yml",
     "probe": "playbooks/probe.yml",
+    "upgrade": "playbooks/upgrade.yml",
+    "rollback": "playbooks/rollback.yml",
 }
 
 
@@ -78,9 +81,20 @@ def diagnose_module(project: Path) -> ModuleType:
     ``.collections/ansible_collections/sparkops/vllm`` links to the root, the
     same path ansible.cfg, the unit tests and bench/diagnose use.
     """
+    return _module_utils(project, "_diagnose")
+
+
+def upgrade_module(project: Path) -> ModuleType:
+    """The collection's upgrade rules (plugins/module_utils/_upgrade.py), imported as Ansible does.
+
+    ``sparkops upgrade`` checks its image reference, vLLM version and model
+    revision with the collection's own rules before anything runs.
+    """
+    return _module_utils(project, "_upgrade")
+
+
+def _module_utils(project: Path, name: str) -> ModuleType:
     collections = str(project / ".collections")
     if collections not in sys.path:
         sys.path.insert(0, collections)
-    from ansible_collections.sparkops.vllm.plugins.module_utils import _diagnose  # noqa: PLC0415
-
-    return _diagnose
+    return importlib.import_module(f"ansible_collections.sparkops.vllm.plugins.module_utils.{name}")

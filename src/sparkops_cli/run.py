@@ -63,7 +63,7 @@ REPORT_FILE = {
     "probe": "probe.json",
 }
 # Commands whose playbook's own report (its debug output) is the answer.
-SHOW_REPORTS = {"status", "diagnose", "reclaim", "fabric", "bench", "probe"}
+SHOW_REPORTS = {"status", "diagnose", "reclaim", "fabric", "bench", "probe", "upgrade", "rollback"}
 
 
 def default_run_dir(project: Path, command: str, now: datetime | None = None) -> Path:

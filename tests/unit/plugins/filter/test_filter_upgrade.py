@@ -38,3 +38,15 @@ def test_every_filter_has_its_documentation_file():
         assert doc["DOCUMENTATION"]["name"] == name
         assert doc["EXAMPLES"].strip()
         assert "_value" in doc["RETURN"]
+
+
+def test_the_image_for_version_filter():
+    assert upgrade.upgrade_image_for_version("0.17.1", "example/vllm-spark:{version}", "spark-1") == (
+        "example/vllm-spark:0.17.1"
+    )
+    with pytest.raises(
+        AnsibleFilterError,
+        match=r"upgrade_image_for_version: spark-1: upgrade_image_ref_template is empty.*"
+        r"Fix: set upgrade_image_ref_template in the inventory, or give --image",
+    ):
+        upgrade.upgrade_image_for_version("0.17.1", "", "spark-1")

@@ -564,3 +564,181 @@ def test_deploy_guard(section, run_ref, switching, expected):
     message = up.deploy_guard(sections[section], run_ref, switching=switching, host="spark-1")
     assert message.startswith(expected)
     assert (not message) or "Fix:" in message
+
+
+# -- what an upgrade asks for: the image for a vLLM version, the references and revisions it takes ----------
+
+TEMPLATE = "example/vllm-spark:{version}"
+
+IMAGE_FOR_VERSION_CASES = [
+    # id, version, template, image
+    ("release", "0.17.1", TEMPLATE, "example/vllm-spark:0.17.1"),
+    ("release candidate", "0.11.0rc1", TEMPLATE, "example/vllm-spark:0.11.0rc1"),
+    ("post release", "0.10.1.post1", TEMPLATE, "example/vllm-spark:0.10.1.post1"),
+    (
+        "prefix in the tag",
+        "0.17.1",
+        "example/vllm-spark:v{version}-cu130",
+        "example/vllm-spark:v0.17.1-cu130",
+    ),
+    (
+        "registry with a port",
+        "0.17.1",
+        "registry.lab:5000/vllm/spark:{version}",
+        "registry.lab:5000/vllm/spark:0.17.1",
+    ),
+    ("version in the repository", "0.17.1", "example/vllm-{version}:spark", "example/vllm-0.17.1:spark"),
+]
+
+
+@pytest.mark.parametrize(
+    ("version", "template", "image"),
+    [case[1:] for case in IMAGE_FOR_VERSION_CASES],
+    ids=[case[0] for case in IMAGE_FOR_VERSION_CASES],
+)
+def test_image_for_version(version, template, image):
+    assert up.image_for_version(version, template, host="spark-1") == image
+    assert up.valid_image_reference(image)
+
+
+IMAGE_FOR_VERSION_REFUSALS = [
+    # id, version, template, what the message must say (host, value and fix)
+    (
+        "empty template",
+        "0.17.1",
+        "",
+        r"spark-1: upgrade_image_ref_template is empty, so the vLLM version 0.17.1 names no image\. "
+        r"Fix: set upgrade_image_ref_template in the inventory, or give --image",
+    ),
+    ("no template", "0.17.1", None, r"Fix: set upgrade_image_ref_template in the inventory, or give --image"),
+    ("blank template", "0.17.1", "  ", r"upgrade_image_ref_template is empty"),
+    (
+        "no placeholder",
+        "0.17.1",
+        "example/vllm-spark:latest",
+        r"spark-1: upgrade_image_ref_template 'example/vllm-spark:latest' must hold \{version\} exactly once.*Fix:",
+    ),
+    ("placeholder twice", "0.17.1", "example/{version}:{version}", r"must hold \{version\} exactly once"),
+    ("another placeholder", "0.17.1", "example/{name}:{version}", r"and no other brace"),
+    ("a stray brace", "0.17.1", "example/vllm:{version}}", r"and no other brace"),
+    ("misspelt placeholder", "0.17.1", "example/vllm:{Version}", r"must hold \{version\} exactly once"),
+    ("not a string", "0.17.1", ["example/vllm:{version}"], r"must hold \{version\} exactly once"),
+    (
+        "upper-case repository",
+        "0.17.1",
+        "example/VLLM:{version}",
+        r"spark-1: upgrade_image_ref_template 'example/VLLM:\{version\}' with the vLLM version 0\.17\.1 gives "
+        r"'example/VLLM:0\.17\.1', which is not a Docker image reference.*Fix: correct upgrade_image_ref_template",
+    ),
+    ("whitespace", "0.17.1", "example/vllm spark:{version}", r"is not a Docker image reference"),
+    ("two tags", "0.17.1", "example/vllm:spark:{version}", r"is not a Docker image reference"),
+    ("version in a digest", "0.17.1", "example/vllm@sha256:{version}", r"is not a Docker image reference"),
+    (
+        "leading v",
+        "v0.17.1",
+        TEMPLATE,
+        r"spark-1: the vLLM version 'v0.17.1' is not a vLLM release version.*Fix: .*--vllm-version 0\.17\.1",
+    ),
+    ("no patch", "0.17", TEMPLATE, r"'0.17' is not a vLLM release version"),
+    ("a word", "latest", TEMPLATE, r"'latest' is not a vLLM release version"),
+    ("a local label", "0.17.1+cu130", TEMPLATE, r"is not a vLLM release version"),
+    ("trailing space", "0.17.1 ", TEMPLATE, r"is not a vLLM release version"),
+    ("an option", "--help", TEMPLATE, r"is not a vLLM release version"),
+    ("empty version", "", TEMPLATE, r"the vLLM version nothing is not a vLLM release version"),
+    ("no version", None, TEMPLATE, r"the vLLM version nothing is not a vLLM release version"),
+]
+
+
+@pytest.mark.parametrize(
+    ("version", "template", "message"),
+    [case[1:] for case in IMAGE_FOR_VERSION_REFUSALS],
+    ids=[case[0] for case in IMAGE_FOR_VERSION_REFUSALS],
+)
+def test_image_for_version_refusals_name_host_value_and_fix(version, template, message):
+    with pytest.raises(up.UpgradeRefused, match=message) as exc:
+        up.image_for_version(version, template, host="spark-1")
+    assert str(exc.value).startswith("spark-1: ") and "Fix: " in str(exc.value)
+
+
+IMAGE_REFERENCES = [
+    ("vllm", True),
+    ("example/vllm-spark:0.17.1", True),
+    ("nvcr.io/nvidia/vllm:25.09-py3", True),
+    ("localhost:5000/sparkops/vllm-lab:new", True),
+    ("[::1]:5000/vllm:x", True),
+    ("example/vllm@sha256:" + "a" * 64, True),
+    ("example/vllm:0.17.1@sha256:" + "a" * 64, True),
+    ("a__b/c.d-e:TAG_1.x", True),
+    ("example/vllm:" + "t" * 128, True),
+    ("example/vllm:" + "t" * 129, False),
+    ("example/" + "v" * 247, True),  # the name at Docker's 255 characters
+    ("example/" + "v" * 248, False),
+    ("", False),
+    (None, False),
+    ("example/Vllm:1", False),
+    ("example/vllm:", False),
+    (":tag", False),
+    ("example/vllm::1", False),
+    ("example//vllm", False),
+    ("example/vllm/", False),
+    ("-example/vllm", False),
+    ("example/a___b", False),
+    ("example/vllm:-tag", False),
+    ("example/vllm@sha256:abc", False),
+    ("example/vllm:1 ", False),
+    ("example/vllm:1\n", False),
+]
+
+
+@pytest.mark.parametrize(("ref", "valid"), IMAGE_REFERENCES)
+def test_image_references_as_docker_takes_them(ref, valid):
+    assert up.valid_image_reference(ref) is valid
+
+
+def test_the_version_rule_is_the_inventorys():
+    from ansible_collections.sparkops.vllm.plugins.module_utils import _inventory_contract  # noqa: PLC0415
+
+    assert up.VLLM_VERSION is _inventory_contract.VLLM_VERSION
+    assert up.valid_vllm_version("0.17.1") and not up.valid_vllm_version(17)
+
+
+MODEL_REVISIONS = [
+    ("main", True),
+    ("v1.0", True),
+    ("release-2026_12", True),
+    ("refs/pr/3", True),
+    ("0123456789abcdef0123456789abcdef01234567", True),
+    ("", False),
+    (None, False),
+    ("-main", False),
+    ("--force", False),
+    ("../main", False),
+    ("a..b", False),
+    ("main branch", False),
+    (" main", False),
+    ("main\n", False),
+    ("ma\tin", False),
+    ("ma\x00in", False),
+    ("ma\x1bin", False),
+    ("ma\x7fin", False),
+    ("main\u00a0", False),
+    ("main\u2028x", False),
+    ("/main", False),
+    ("main/", False),
+    ("refs//pr", False),
+    ("main.", False),
+    ("main.lock", False),
+    ("main@{1}", False),
+    ("main~1", False),
+    ("main^", False),
+    ("a:b", False),
+    ("a?b", False),
+    ("a*b", False),
+    ("a[b", False),
+    ("a\\b", False),
+]
+
+
+@pytest.mark.parametrize(("revision", "valid"), MODEL_REVISIONS)
+def test_model_revisions(revision, valid):
+    assert up.valid_model_revision(revision) is valid
