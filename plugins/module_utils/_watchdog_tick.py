@@ -33,6 +33,13 @@ which costs seconds of CPU):
 - GPU power and utilization from ``nvidia-smi --query-gpu=power.draw,utilization.gpu``
   (``[N/A]`` where the driver does not report it).
 A worker is read over one ``ssh`` per tick with the cluster's key (roles/cluster_ssh).
+
+Every tick ends by measuring its own cost (``Io.usage``): the CPU seconds of the program
+and of the children it waited for (``resource.getrusage``, user and system), and its wall
+seconds since the program started. They go into the state (``last_tick_cost``), the
+tick's last journal line (``cpu_seconds=... wall_seconds=... cpu_budget_seconds=...``) and
+the textfile; a tick over ``tick_cpu_budget_s`` journals a warning, and nothing else.
+Measured in the program, it needs no systemd CPU accounting.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import socket
 import sys
@@ -49,6 +57,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
+
+# The tick's wall clock starts here, before the program's own imports.
+STARTED = time.monotonic()
 
 try:
     from ansible_collections.sparkops.vllm.plugins.module_utils import (
@@ -79,6 +90,9 @@ NODE_PROBE = (
 )
 METRICS_MAX_BYTES = _prometheus_text.MAX_BYTES
 API_KEY_VARIABLE = "VLLM_API_KEY"
+# systemd stores a stdout line that starts with <4> at priority warning (SyslogLevelPrefix=,
+# on by default): `journalctl -p warning` finds it.
+WARNING_PRIORITY = "<4>"
 
 
 class Io:
@@ -139,6 +153,17 @@ class Io:
 
     def log(self, line: str) -> None:
         print(f"{JOURNAL_PREFIX}: {line}", flush=True)
+
+    def warn(self, line: str) -> None:
+        print(f"{WARNING_PRIORITY}{JOURNAL_PREFIX}: {line}", flush=True)
+
+    def usage(self) -> tuple[float, float]:
+        """(CPU seconds, wall seconds) the program has used so far: its own and its waited-for
+        children's user and system time (_watchdog.cpu_seconds), and the time since STARTED."""
+        cpu = _watchdog.cpu_seconds(
+            resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        )
+        return cpu, time.monotonic() - STARTED
 
 
 # -- the config -----------------------------------------------------------------------
@@ -442,6 +467,23 @@ def save(io: Io, config: Mapping[str, Any], state: Mapping[str, Any]) -> None:
         io.log(f"the textfile {config['textfile']} could not be written: {exc}")
 
 
+def finish(
+    io: Io, config: Mapping[str, Any], state: dict[str, Any], line: str, *, action: str, rc: int
+) -> int:
+    """The tick's end: its cost measured (Io.usage) and judged against the budget
+    (_watchdog.tick_cost), journaled at the end of the tick's last line, recorded in the
+    state and the textfile. Over budget is a warning line, never a restart."""
+    cpu_s, wall_s = io.usage()
+    cost = _watchdog.tick_cost(cpu_s, wall_s, config.get("thresholds") or {})
+    state["last_tick_cost"] = cost
+    io.log(f"{line} {_watchdog.tick_cost_fields(cost)}")
+    warning = _watchdog.tick_cost_warning(cost, action)
+    if warning:
+        io.warn(warning)
+    save(io, config, state)
+    return rc
+
+
 def run_tick(io: Io, config: Mapping[str, Any]) -> int:
     state = load(io, config)
     thresholds = config.get("thresholds") or {}
@@ -451,9 +493,7 @@ def run_tick(io: Io, config: Mapping[str, Any]) -> int:
         decision = _watchdog.tick(
             state, _watchdog.Observation(now=io.now(), canary="ok"), nodes, floors, thresholds
         )
-        io.log(decision.journal)
-        save(io, config, decision.state)
-        return 0
+        return finish(io, config, decision.state, decision.journal, action=decision.action, rc=0)
     key = api_key(io, config["secrets_file"])
     obs, raw = observe(io, config, key)
     decision = _watchdog.tick(state, obs, nodes, floors, thresholds)
@@ -464,15 +504,16 @@ def run_tick(io: Io, config: Mapping[str, Any]) -> int:
         if state.get("gave_up"):
             state["gave_up"]["bundle"] = path
         io.log(f"support bundle: {path}")
-    io.log(_redact.redact(decision.journal, [key] if key else []))
+    journal = _redact.redact(decision.journal, [key] if key else [])
+    if decision.action not in (_watchdog.RESTART_SERVE, _watchdog.RESTART_CLUSTER):
+        return finish(io, config, state, journal, action=decision.action, rc=0)
     # The state is saved before acting: a restart that outlives the service's time limit
-    # still counts against the budget.
+    # still counts against the budget. The restart's line then ends the tick, with its cost.
+    io.log(journal)
     save(io, config, state)
-    if decision.action in (_watchdog.RESTART_SERVE, _watchdog.RESTART_CLUSTER):
-        ok = restart(io, config, decision.scope)
-        io.log(f"restart scope={decision.scope} {'done' if ok else 'incomplete'}")
-        return 0 if ok else 1
-    return 0
+    ok = restart(io, config, decision.scope)
+    line = f"restart scope={decision.scope} {'done' if ok else 'incomplete'}"
+    return finish(io, config, state, line, action=decision.action, rc=0 if ok else 1)
 
 
 def run_pause(io: Io, config: Mapping[str, Any], reason: str) -> int:
