@@ -36,7 +36,7 @@ A worker is read over one ``ssh`` per tick with the cluster's key (roles/cluster
 
 Every tick ends by measuring its own cost (``Io.usage``): the CPU seconds of the program
 and of the children it waited for (``resource.getrusage``, user and system), and its wall
-seconds since the program started. They go into the state (``last_tick_cost``), the
+seconds since the process started. They go into the state (``last_tick_cost``), the
 tick's last journal line (``cpu_seconds=... wall_seconds=... cpu_budget_seconds=...``) and
 the textfile; a tick over ``tick_cpu_budget_s`` journals a warning, and nothing else.
 Measured in the program, it needs no systemd CPU accounting.
@@ -58,7 +58,8 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
-# The tick's wall clock starts here, before the program's own imports.
+# The program's first line on the monotonic clock (its imports come after); Io.usage counts
+# the wall time from the process's start where /proc says it, from here where it does not.
 STARTED = time.monotonic()
 
 try:
@@ -159,11 +160,36 @@ class Io:
 
     def usage(self) -> tuple[float, float]:
         """(CPU seconds, wall seconds) the program has used so far: its own and its waited-for
-        children's user and system time (_watchdog.cpu_seconds), and the time since STARTED."""
+        children's user and system time (_watchdog.cpu_seconds), and the time since the
+        process started (the interpreter's start included, as in the CPU figure)."""
         cpu = _watchdog.cpu_seconds(
             resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         )
-        return cpu, time.monotonic() - STARTED
+        since_first_line = time.monotonic() - STARTED
+        try:
+            with open("/proc/self/stat", encoding="ascii") as handle:
+                stat = handle.read()
+            age = process_age_s(stat, time.clock_gettime(time.CLOCK_BOOTTIME), os.sysconf("SC_CLK_TCK"))
+        except (OSError, ValueError, IndexError, ArithmeticError, AttributeError):
+            age = None
+        return cpu, wall_seconds(since_first_line, age)
+
+
+def process_age_s(stat: str, boottime_s: float, clock_ticks: int) -> float:
+    """Seconds since the process started, from ``/proc/self/stat`` (field 22, ``starttime``,
+    in clock ticks after boot: proc(5)) and CLOCK_BOOTTIME now. The command name (field 2)
+    may hold spaces and parentheses: the fields are counted after its last ``)``."""
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return boottime_s - int(fields[19]) / clock_ticks
+
+
+def wall_seconds(since_first_line: float, process_age: float | None) -> float:
+    """The tick's wall seconds: the process's age, which counts the interpreter's start, when
+    /proc gave one that fits (not under the time since the program's first line, nor 10 s
+    over it); else the time since the first line."""
+    if process_age is None or not since_first_line <= process_age <= since_first_line + 10:
+        return since_first_line
+    return process_age
 
 
 # -- the config -----------------------------------------------------------------------

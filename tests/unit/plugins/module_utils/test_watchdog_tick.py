@@ -382,6 +382,38 @@ def test_the_measurement_reads_getrusage_of_itself_and_its_children(monkeypatch)
     assert cpu == pytest.approx(0.25)
     assert 2.0 <= wall < 60
 
+    # Without /proc the wall time still counts, from the program's first line.
+    def no_sysconf(name):
+        raise ValueError(f"unrecognized configuration name {name}")
+
+    monkeypatch.setattr(prog.os, "sysconf", no_sysconf)
+    assert 2.0 <= prog.Io().usage()[1] < 60
+
+
+# /proc/self/stat of a python3 whose command name holds a space and a parenthesis
+# (proc(5): field 22, starttime, 81234 clock ticks after boot).
+STAT = (
+    "4242 (py (tick) 3) S 1 4242 4242 0 -1 4194560 1234 0 0 0 5 2 0 0 30 10 1 0 81234 "
+    "27000000 2500 18446744073709551615 1 1 0 0 0 0 0 16781312 2 0 0 0 17 3 0 0 0 0 0\n"
+)
+
+
+def test_the_process_s_age_comes_from_its_start_time_in_proc():
+    assert prog.process_age_s(STAT, 812.5, 100) == pytest.approx(0.16)
+
+
+@pytest.mark.parametrize(
+    ("since_first_line", "age", "wall"),
+    [
+        pytest.param(1.2, 1.25, 1.25, id="the interpreter's start counted"),
+        pytest.param(1.2, None, 1.2, id="no /proc: from the first line"),
+        pytest.param(1.2, 1.0, 1.2, id="an age under the first line's: not believed"),
+        pytest.param(1.2, 86400.0, 1.2, id="an age from another clock: not believed"),
+    ],
+)
+def test_the_wall_seconds(since_first_line, age, wall):
+    assert prog.wall_seconds(since_first_line, age) == wall
+
 
 def test_a_real_measurement_counts_a_child_it_waited_for(config, tmp_path):
     """Io.usage for real: a child's CPU (here a busy python) is in the tick's figure."""
