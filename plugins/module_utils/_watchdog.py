@@ -18,6 +18,12 @@ Signals and their sources:
   an idle GPU, a node missing from Ray, or a rank dead need the whole cluster restarted;
   a failing canary, frozen tokens on a busy GPU, or MemAvailable under the plan's floor
   restart serve.
+
+The tick's own cost: the program measures the CPU seconds it used (its own and its
+children's: ssh, nvidia-smi, sh) and its wall seconds at the end of every tick
+(``cpu_seconds``); ``tick_cost`` records them in the state and ``tick_cost_warning`` judges
+them against ``tick_cpu_budget_s``. Over budget is journaled, never a finding: the
+watchdog's own cost is not a failure of the cluster and restarts nothing.
 """
 
 from __future__ import annotations
@@ -49,6 +55,9 @@ DEFAULTS: dict[str, Any] = {
     # eugr/spark-vllm-docker#260: a wedged GB10 draws under 30 W with tokens frozen.
     "gpu_power_floor_w": 30.0,
     "gpu_utilization_floor_pct": 10.0,
+    # Issue 18: a tick is cheap, under a second of CPU (the head's share: the tick, its
+    # ssh clients and the head's nvidia-smi).
+    "tick_cpu_budget_s": 1.0,
 }
 
 
@@ -109,6 +118,8 @@ def new_state() -> dict[str, Any]:
         "last_decision": None,
         "last_findings": [],
         "ray_nodes": {},
+        # The last tick's cost (tick_cost): cpu_s, wall_s, cpu_budget_s, over_budget.
+        "last_tick_cost": None,
     }
 
 
@@ -140,7 +151,18 @@ def load_state(text: str | None) -> tuple[dict[str, Any], str | None]:
         state["frozen_ticks"] = int(state["frozen_ticks"])
     except (KeyError, TypeError, ValueError) as exc:
         return new_state(), f"the state file's restarts are unreadable ({exc}); starting from a fresh state"
+    state["last_tick_cost"] = _cost_or_none(state["last_tick_cost"])
     return state, None
+
+
+def _cost_or_none(cost: Any) -> dict[str, Any] | None:
+    """A recorded tick cost, or None when it is not one (the next tick writes a fresh one)."""
+    if not isinstance(cost, dict):
+        return None
+    numbers = ("cpu_s", "wall_s", "cpu_budget_s")
+    if any(isinstance(cost.get(k), bool) or not isinstance(cost.get(k), (int, float)) for k in numbers):
+        return None
+    return {**{k: float(cost[k]) for k in numbers}, "over_budget": bool(cost.get("over_budget"))}
 
 
 def dump_state(state: Mapping[str, Any]) -> str:
@@ -157,6 +179,14 @@ def settings(config: Mapping[str, Any]) -> dict[str, Any]:
         value = out[key]
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or math.isnan(value):
             raise WatchdogError(f"{key} is {value!r}; it is a number of at least 0")
+    budget = out["tick_cpu_budget_s"]
+    if (
+        isinstance(budget, bool)
+        or not isinstance(budget, (int, float))
+        or not budget > 0
+        or math.isinf(budget)
+    ):
+        raise WatchdogError(f"tick_cpu_budget_s is {budget!r}; it is a number of seconds above 0")
     return out
 
 
@@ -255,6 +285,48 @@ class Decision:
 def journal_line(action: str, scope: str | None, reason: str, in_window: int, budget: int) -> str:
     scope_part = f" scope={scope}" if scope else ""
     return f"watchdog action={action}{scope_part} restarts_in_window={in_window}/{budget} reason={json.dumps(reason)}"
+
+
+# -- the tick's own cost ----------------------------------------------------------------
+
+
+def cpu_seconds(self_usage: Any, children_usage: Any) -> float:
+    """User plus system CPU seconds of the program and of the children it waited for, from
+    ``resource.getrusage(RUSAGE_SELF)`` and ``resource.getrusage(RUSAGE_CHILDREN)`` (anything
+    with ``ru_utime`` and ``ru_stime``). The children's share holds every ``ssh`` client,
+    ``sh -c`` and the head's ``nvidia-smi`` of the tick (each is waited for, so the kernel
+    adds it); what a worker spends answering (its sshd, its nvidia-smi) is not in it."""
+    return sum(float(usage.ru_utime) + float(usage.ru_stime) for usage in (self_usage, children_usage))
+
+
+def tick_cost(cpu_s: float, wall_s: float, config: Mapping[str, Any]) -> dict[str, Any]:
+    """The state's ``last_tick_cost``: the tick's CPU and wall seconds (to the millisecond),
+    the budget (``tick_cpu_budget_s``) and whether the CPU went over it."""
+    budget = float(settings(config)["tick_cpu_budget_s"])
+    cpu, wall = round(float(cpu_s), 3), round(float(wall_s), 3)
+    return {"cpu_s": cpu, "wall_s": wall, "cpu_budget_s": budget, "over_budget": cpu > budget}
+
+
+def tick_cost_fields(cost: Mapping[str, Any]) -> str:
+    """The cost as the tick's last journal line ends: ``cpu_seconds=... wall_seconds=... cpu_budget_seconds=...``."""
+    return (
+        f"cpu_seconds={cost['cpu_s']:g} wall_seconds={cost['wall_s']:g} "
+        f"cpu_budget_seconds={cost['cpu_budget_s']:g}"
+    )
+
+
+def tick_cost_warning(cost: Mapping[str, Any], action: str) -> str | None:
+    """The journal's warning for a tick over its CPU budget, naming the measured value and
+    the budget; None within it. Only a warning: the watchdog's own cost is no failure of
+    the cluster, so it is never a finding and never restarts anything."""
+    if not cost.get("over_budget"):
+        return None
+    return (
+        f"watchdog warning=tick_over_cpu_budget action={action} {tick_cost_fields(cost)}: "
+        f"the tick used {cost['cpu_s']:g} s of CPU, over its budget of {cost['cpu_budget_s']:g} s "
+        "(watchdog_tick_cpu_budget_seconds); this is the watchdog's own cost, not a failure of "
+        f'the cluster: nothing is restarted. {RUNBOOK}, "The tick\'s own cost"'
+    )
 
 
 def tick(
@@ -394,6 +466,22 @@ def textfile(cluster: str, state: Mapping[str, Any], now: float) -> str:
             f'sparkops_watchdog_ray_node_up{{{label},ray_node="{_escape(node)}"}} {1 if up else 0}'
             for node, up in sorted(ray_nodes.items())
         ]
+    # The last tick's own cost (tick_cost), for the "under a second of CPU" figure and its alert.
+    cost = state.get("last_tick_cost")
+    if isinstance(cost, Mapping):
+        lines += [
+            "# HELP sparkops_watchdog_tick_cpu_seconds CPU seconds (user and system, with its ssh and "
+            "nvidia-smi children) the watchdog's last tick used on the head.",
+            "# TYPE sparkops_watchdog_tick_cpu_seconds gauge",
+            f"sparkops_watchdog_tick_cpu_seconds{{{label}}} {float(cost['cpu_s']):.3f}",
+            "# HELP sparkops_watchdog_tick_duration_seconds Wall seconds the watchdog's last tick took.",
+            "# TYPE sparkops_watchdog_tick_duration_seconds gauge",
+            f"sparkops_watchdog_tick_duration_seconds{{{label}}} {float(cost['wall_s']):.3f}",
+            "# HELP sparkops_watchdog_tick_cpu_budget_seconds The CPU budget of one tick "
+            "(watchdog_tick_cpu_budget_seconds).",
+            "# TYPE sparkops_watchdog_tick_cpu_budget_seconds gauge",
+            f"sparkops_watchdog_tick_cpu_budget_seconds{{{label}}} {float(cost['cpu_budget_s']):g}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -420,6 +508,10 @@ def summary(status_text: str | None, timer_state: str | None, now: float) -> dic
         "last_tick_age_s": None,
         "last_decision": None,
         "restarts_in_window": 0,
+        "last_tick_cpu_s": None,
+        "last_tick_wall_s": None,
+        "tick_cpu_budget_s": None,
+        "last_tick_over_budget": False,
         "problems": [],
     }
     if not status_text:
@@ -437,6 +529,12 @@ def summary(status_text: str | None, timer_state: str | None, now: float) -> dic
         out["last_tick_age_s"] = round(now - out["last_tick"], 1)
     out["last_decision"] = state.get("last_decision")
     out["restarts_in_window"] = len(state.get("restarts") or [])
+    cost = state.get("last_tick_cost")
+    if isinstance(cost, Mapping):
+        out["last_tick_cpu_s"] = cost.get("cpu_s")
+        out["last_tick_wall_s"] = cost.get("wall_s")
+        out["tick_cpu_budget_s"] = cost.get("cpu_budget_s")
+        out["last_tick_over_budget"] = bool(cost.get("over_budget"))
     out["bundle"] = (state.get("episode") or {}).get("bundle")
     if state.get("gave_up"):
         out["state"] = "gave up"
@@ -464,5 +562,13 @@ def summary_line(summary_doc: Mapping[str, Any]) -> str:
     if summary_doc.get("gave_up_reason"):
         line += f" ({summary_doc['gave_up_reason']} Bundle: {summary_doc.get('bundle') or 'none'})"
     if summary_doc.get("last_tick_age_s") is not None:
-        line += f"; last tick {summary_doc['last_tick_age_s']:g} s ago ({summary_doc.get('last_decision')})"
+        line += f"; last tick {summary_doc['last_tick_age_s']:g} s ago ({summary_doc.get('last_decision')}"
+        cpu, wall = summary_doc.get("last_tick_cpu_s"), summary_doc.get("last_tick_wall_s")
+        if isinstance(cpu, (int, float)) and isinstance(wall, (int, float)):
+            line += f", {cpu:g} s CPU"
+            budget = summary_doc.get("tick_cpu_budget_s")
+            if summary_doc.get("last_tick_over_budget") and isinstance(budget, (int, float)):
+                line += f" over its {budget:g} s budget"
+            line += f", {wall:g} s wall"
+        line += ")"
     return line + f"; {summary_doc.get('restarts_in_window', 0)} restart(s) in the window"

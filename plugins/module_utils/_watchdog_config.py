@@ -66,6 +66,7 @@ def build(
             "backoff_initial_s": int(settings["backoff_initial_s"]),
             "gpu_power_floor_w": float(settings["gpu_power_floor_w"]),
             "gpu_utilization_floor_pct": float(settings["gpu_utilization_floor_pct"]),
+            "tick_cpu_budget_s": float(settings["tick_cpu_budget_s"]),
         }
         timeouts = {
             key: int(settings[key])

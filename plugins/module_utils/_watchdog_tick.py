@@ -33,6 +33,13 @@ which costs seconds of CPU):
 - GPU power and utilization from ``nvidia-smi --query-gpu=power.draw,utilization.gpu``
   (``[N/A]`` where the driver does not report it).
 A worker is read over one ``ssh`` per tick with the cluster's key (roles/cluster_ssh).
+
+Every tick ends by measuring its own cost (``Io.usage``): the CPU seconds of the program
+and of the children it waited for (``resource.getrusage``, user and system), and its wall
+seconds since the process started. They go into the state (``last_tick_cost``), the
+tick's last journal line (``cpu_seconds=... wall_seconds=... cpu_budget_seconds=...``) and
+the textfile; a tick over ``tick_cpu_budget_s`` journals a warning, and nothing else.
+Measured in the program, it needs no systemd CPU accounting.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import socket
 import sys
@@ -49,6 +57,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
+
+# The program's first line on the monotonic clock (its imports come after); Io.usage counts
+# the wall time from the process's start where /proc says it, from here where it does not.
+STARTED = time.monotonic()
 
 try:
     from ansible_collections.sparkops.vllm.plugins.module_utils import (
@@ -79,6 +91,9 @@ NODE_PROBE = (
 )
 METRICS_MAX_BYTES = _prometheus_text.MAX_BYTES
 API_KEY_VARIABLE = "VLLM_API_KEY"
+# systemd stores a stdout line that starts with <4> at priority warning (SyslogLevelPrefix=,
+# on by default): `journalctl -p warning` finds it.
+WARNING_PRIORITY = "<4>"
 
 
 class Io:
@@ -139,6 +154,42 @@ class Io:
 
     def log(self, line: str) -> None:
         print(f"{JOURNAL_PREFIX}: {line}", flush=True)
+
+    def warn(self, line: str) -> None:
+        print(f"{WARNING_PRIORITY}{JOURNAL_PREFIX}: {line}", flush=True)
+
+    def usage(self) -> tuple[float, float]:
+        """(CPU seconds, wall seconds) the program has used so far: its own and its waited-for
+        children's user and system time (_watchdog.cpu_seconds), and the time since the
+        process started (the interpreter's start included, as in the CPU figure)."""
+        cpu = _watchdog.cpu_seconds(
+            resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        )
+        since_first_line = time.monotonic() - STARTED
+        try:
+            with open("/proc/self/stat", encoding="ascii") as handle:
+                stat = handle.read()
+            age = process_age_s(stat, time.clock_gettime(time.CLOCK_BOOTTIME), os.sysconf("SC_CLK_TCK"))
+        except (OSError, ValueError, IndexError, ArithmeticError, AttributeError):
+            age = None
+        return cpu, wall_seconds(since_first_line, age)
+
+
+def process_age_s(stat: str, boottime_s: float, clock_ticks: int) -> float:
+    """Seconds since the process started, from ``/proc/self/stat`` (field 22, ``starttime``,
+    in clock ticks after boot: proc(5)) and CLOCK_BOOTTIME now. The command name (field 2)
+    may hold spaces and parentheses: the fields are counted after its last ``)``."""
+    fields = stat[stat.rindex(")") + 2 :].split()
+    return boottime_s - int(fields[19]) / clock_ticks
+
+
+def wall_seconds(since_first_line: float, process_age: float | None) -> float:
+    """The tick's wall seconds: the process's age, which counts the interpreter's start, when
+    /proc gave one that fits (not under the time since the program's first line, nor 10 s
+    over it); else the time since the first line."""
+    if process_age is None or not since_first_line <= process_age <= since_first_line + 10:
+        return since_first_line
+    return process_age
 
 
 # -- the config -----------------------------------------------------------------------
@@ -442,6 +493,23 @@ def save(io: Io, config: Mapping[str, Any], state: Mapping[str, Any]) -> None:
         io.log(f"the textfile {config['textfile']} could not be written: {exc}")
 
 
+def finish(
+    io: Io, config: Mapping[str, Any], state: dict[str, Any], line: str, *, action: str, rc: int
+) -> int:
+    """The tick's end: its cost measured (Io.usage) and judged against the budget
+    (_watchdog.tick_cost), journaled at the end of the tick's last line, recorded in the
+    state and the textfile. Over budget is a warning line, never a restart."""
+    cpu_s, wall_s = io.usage()
+    cost = _watchdog.tick_cost(cpu_s, wall_s, config.get("thresholds") or {})
+    state["last_tick_cost"] = cost
+    io.log(f"{line} {_watchdog.tick_cost_fields(cost)}")
+    warning = _watchdog.tick_cost_warning(cost, action)
+    if warning:
+        io.warn(warning)
+    save(io, config, state)
+    return rc
+
+
 def run_tick(io: Io, config: Mapping[str, Any]) -> int:
     state = load(io, config)
     thresholds = config.get("thresholds") or {}
@@ -451,9 +519,7 @@ def run_tick(io: Io, config: Mapping[str, Any]) -> int:
         decision = _watchdog.tick(
             state, _watchdog.Observation(now=io.now(), canary="ok"), nodes, floors, thresholds
         )
-        io.log(decision.journal)
-        save(io, config, decision.state)
-        return 0
+        return finish(io, config, decision.state, decision.journal, action=decision.action, rc=0)
     key = api_key(io, config["secrets_file"])
     obs, raw = observe(io, config, key)
     decision = _watchdog.tick(state, obs, nodes, floors, thresholds)
@@ -464,15 +530,16 @@ def run_tick(io: Io, config: Mapping[str, Any]) -> int:
         if state.get("gave_up"):
             state["gave_up"]["bundle"] = path
         io.log(f"support bundle: {path}")
-    io.log(_redact.redact(decision.journal, [key] if key else []))
+    journal = _redact.redact(decision.journal, [key] if key else [])
+    if decision.action not in (_watchdog.RESTART_SERVE, _watchdog.RESTART_CLUSTER):
+        return finish(io, config, state, journal, action=decision.action, rc=0)
     # The state is saved before acting: a restart that outlives the service's time limit
-    # still counts against the budget.
+    # still counts against the budget. The restart's line then ends the tick, with its cost.
+    io.log(journal)
     save(io, config, state)
-    if decision.action in (_watchdog.RESTART_SERVE, _watchdog.RESTART_CLUSTER):
-        ok = restart(io, config, decision.scope)
-        io.log(f"restart scope={decision.scope} {'done' if ok else 'incomplete'}")
-        return 0 if ok else 1
-    return 0
+    ok = restart(io, config, decision.scope)
+    line = f"restart scope={decision.scope} {'done' if ok else 'incomplete'}"
+    return finish(io, config, state, line, action=decision.action, rc=0 if ok else 1)
 
 
 def run_pause(io: Io, config: Mapping[str, Any], reason: str) -> int:

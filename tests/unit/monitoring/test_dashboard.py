@@ -41,7 +41,10 @@ NEEDED = {
     "node_memory_MemTotal_bytes",
     "sparkops_memory_plan_limit_bytes",
     "sparkops_watchdog_gave_up",
+    "sparkops_watchdog_last_tick_timestamp_seconds",
     "sparkops_watchdog_ray_node_up",
+    "sparkops_watchdog_tick_cpu_budget_seconds",
+    "sparkops_watchdog_tick_cpu_seconds",
     # Prometheus itself, per target
     "up",
     # dcgm-exporter (an exception in the lab)

@@ -644,6 +644,20 @@ def test_status_shows_the_watchdog_and_a_give_up_is_a_problem(state, timer, show
     assert result["healthy"] is (problem is None)
 
 
+def test_status_shows_the_watchdog_s_last_tick_cost_and_over_budget_is_no_problem():
+    nodes, cluster, settings = _healthy()
+    cost = _watchdog.tick_cost(1.25, 2.5, {})
+    status_text = _watchdog_status(last_tick=95.0, last_decision="none", last_tick_cost=cost)
+    cluster["watchdog"] = {"status": status_text, "timer": "active", "now": 100.0}
+    result = status.report(nodes, cluster, settings)
+    assert (
+        "Watchdog: enabled; last tick 5 s ago (none, 1.25 s CPU over its 1 s budget, 2.5 s wall);"
+        " 0 restart(s) in the window" in status.table(result)
+    )
+    assert result["cluster"]["watchdog"]["last_tick_cpu_s"] == 1.25
+    assert result["problems"] == [] and result["healthy"] is True
+
+
 def test_a_corrupt_watchdog_state_is_a_problem():
     nodes, cluster, settings = _healthy()
     cluster["watchdog"] = {

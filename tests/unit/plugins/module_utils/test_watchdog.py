@@ -1,6 +1,7 @@
 """plugins/module_utils/_watchdog.py: every decision as a table."""
 
 import json
+import types
 
 import pytest
 from ansible_collections.sparkops.vllm.plugins.module_utils import _prometheus_text as pt
@@ -254,3 +255,138 @@ def test_textfile_without_an_observation_has_no_ray_node_series():
     got = pt.parse(wd.textfile("lab", wd.new_state(), 1.0))
     assert got.errors == []
     assert got.samples("sparkops_watchdog_ray_node_up") == []
+
+
+# -- the tick's own cost ------------------------------------------------------------------
+
+
+def rusage(user, system):
+    """What resource.getrusage answers, as far as the measurement reads it."""
+    return types.SimpleNamespace(ru_utime=user, ru_stime=system, ru_maxrss=123456)
+
+
+@pytest.mark.parametrize(
+    ("own", "children", "cpu"),
+    [
+        pytest.param(rusage(0.0, 0.0), rusage(0.0, 0.0), 0.0, id="nothing yet"),
+        pytest.param(rusage(0.061, 0.019), rusage(0.0, 0.0), 0.08, id="no child waited for yet"),
+        pytest.param(rusage(0.061, 0.019), rusage(0.104, 0.043), 0.227, id="ssh and nvidia-smi added"),
+        pytest.param(rusage(0.9, 0.2), rusage(0.3, 0.1), 1.5, id="an expensive tick"),
+    ],
+)
+def test_cpu_seconds_is_user_and_system_of_the_program_and_its_children(own, children, cpu):
+    assert wd.cpu_seconds(own, children) == pytest.approx(cpu)
+
+
+@pytest.mark.parametrize(
+    ("cpu", "wall", "config", "over"),
+    [
+        pytest.param(0.084, 1.2, {}, False, id="a usual tick: under the default second"),
+        pytest.param(1.0, 3.0, {}, False, id="exactly the budget is within it"),
+        pytest.param(1.0004, 3.0, {}, False, id="within it to the millisecond"),
+        pytest.param(1.0006, 3.0, {}, True, id="a millisecond over"),
+        pytest.param(2.5, 30.0, {}, True, id="over the default second"),
+        pytest.param(2.5, 30.0, {"tick_cpu_budget_s": 3}, False, id="within a larger budget"),
+        pytest.param(0.3, 0.5, {"tick_cpu_budget_s": 0.25}, True, id="over a smaller budget"),
+    ],
+)
+def test_the_budget_decision(cpu, wall, config, over):
+    cost = wd.tick_cost(cpu, wall, config)
+    assert cost["over_budget"] is over
+    assert cost["cpu_budget_s"] == float(config.get("tick_cpu_budget_s", 1.0))
+    warning = wd.tick_cost_warning(cost, wd.NONE)
+    if not over:
+        assert warning is None
+        return
+    # The warning names the measured value and the budget, and says it restarts nothing.
+    assert f"the tick used {cost['cpu_s']:g} s of CPU" in warning
+    assert f"over its budget of {cost['cpu_budget_s']:g} s" in warning
+    assert "nothing is restarted" in warning and "action=none" in warning
+
+
+def test_the_cost_is_rounded_to_the_millisecond_and_journaled_as_fields():
+    cost = wd.tick_cost(0.08449, 1.20351, {})
+    assert cost == {"cpu_s": 0.084, "wall_s": 1.204, "cpu_budget_s": 1.0, "over_budget": False}
+    assert wd.tick_cost_fields(cost) == "cpu_seconds=0.084 wall_seconds=1.204 cpu_budget_seconds=1"
+
+
+@pytest.mark.parametrize("budget", [0, -1, True, "1", float("nan"), float("inf")])
+def test_a_bad_cpu_budget_is_refused(budget):
+    with pytest.raises(wd.WatchdogError, match="tick_cpu_budget_s"):
+        wd.settings({"tick_cpu_budget_s": budget})
+
+
+def test_the_budget_never_becomes_a_finding():
+    """An over-budget tick is the watchdog's own cost: the next decision does not see it."""
+    state = wd.new_state()
+    state["last_tick_cost"] = wd.tick_cost(5.0, 40.0, {})
+    got = run(state, healthy())
+    assert (got.action, got.findings) == (wd.NONE, [])
+
+
+def test_the_cost_survives_the_state_file_and_a_bad_one_is_dropped():
+    state = wd.new_state()
+    state["last_tick_cost"] = wd.tick_cost(0.2, 1.5, {})
+    loaded, why = wd.load_state(wd.dump_state(state))
+    assert why is None and loaded["last_tick_cost"] == state["last_tick_cost"]
+    # A state file from before the measurement has no cost; a mangled cost is dropped, not the state.
+    older = {k: v for k, v in wd.new_state().items() if k != "last_tick_cost"}
+    assert wd.load_state(json.dumps(older)) == (wd.new_state(), None)
+    for bad in ("fast", {"cpu_s": "0.2", "wall_s": 1, "cpu_budget_s": 1}, {"cpu_s": True, "wall_s": 1}):
+        mangled = dict(wd.new_state(), restarts_total={"serve": 2, "cluster": 0}, last_tick_cost=bad)
+        loaded, why = wd.load_state(json.dumps(mangled))
+        assert why is None
+        assert loaded["last_tick_cost"] is None and loaded["restarts_total"]["serve"] == 2
+
+
+def test_the_textfile_carries_the_last_tick_s_cost():
+    state = wd.new_state()
+    state["last_tick_cost"] = wd.tick_cost(0.2346, 1.5, {"tick_cpu_budget_s": 0.5})
+    got = pt.parse(wd.textfile("lab", state, 1.0))
+    assert got.errors == []
+    assert got.total("sparkops_watchdog_tick_cpu_seconds") == pytest.approx(0.235)
+    assert got.total("sparkops_watchdog_tick_duration_seconds") == 1.5
+    assert got.total("sparkops_watchdog_tick_cpu_budget_seconds") == 0.5
+    for name in ("sparkops_watchdog_tick_cpu_seconds", "sparkops_watchdog_tick_duration_seconds"):
+        assert got.families[name].type == "gauge"
+        assert got.samples(name)[0].labels == {"cluster": "lab"}
+
+
+def test_the_textfile_before_a_measured_tick_has_no_cost_series():
+    got = pt.parse(wd.textfile("lab", wd.new_state(), 1.0))
+    assert got.samples("sparkops_watchdog_tick_cpu_seconds") == []
+    assert got.samples("sparkops_watchdog_tick_duration_seconds") == []
+
+
+def _status(**state):
+    doc = dict(wd.new_state(), last_tick=95.0, last_decision="none", **state)
+    return json.dumps({"state": doc, "state_note": None, "state_file": "/s"})
+
+
+@pytest.mark.parametrize(
+    ("cost", "line"),
+    [
+        pytest.param(
+            None,
+            "Watchdog: enabled; last tick 5 s ago (none); 0 restart(s) in the window",
+            id="not measured yet",
+        ),
+        pytest.param(
+            wd.tick_cost(0.084, 1.204, {}),
+            "Watchdog: enabled; last tick 5 s ago (none, 0.084 s CPU, 1.204 s wall); 0 restart(s) in the window",
+            id="within the budget",
+        ),
+        pytest.param(
+            wd.tick_cost(1.5, 3.25, {}),
+            "Watchdog: enabled; last tick 5 s ago (none, 1.5 s CPU over its 1 s budget, 3.25 s wall); "
+            "0 restart(s) in the window",
+            id="over the budget",
+        ),
+    ],
+)
+def test_status_shows_the_last_tick_s_cost_and_it_is_no_problem(cost, line):
+    got = wd.summary(_status(last_tick_cost=cost), "active", 100.0)
+    assert wd.summary_line(got) == line
+    assert got["problems"] == []
+    assert got["last_tick_cpu_s"] == (cost or {}).get("cpu_s")
+    assert got["last_tick_over_budget"] is bool(cost and cost["over_budget"])

@@ -15,6 +15,7 @@ SETTINGS = {
     "backoff_initial_s": 300,
     "gpu_power_floor_w": 30,
     "gpu_utilization_floor_pct": 10.0,
+    "tick_cpu_budget_s": "1.0",
     "serve_host": "0.0.0.0",
     "serve_port": "8000",
     "served_model_name": "lab-tiny-moe",
@@ -70,6 +71,7 @@ def test_the_config_takes_names_from_the_layout_and_floors_from_the_plan():
     assert got["secrets_file"] == "/etc/sparkops/lab/serve-secrets.env"
     assert got["endpoint"] == "http://127.0.0.1:8000"
     assert got["thresholds"]["frozen_ticks"] == 3
+    assert got["thresholds"]["tick_cpu_budget_s"] == 1.0
     assert _watchdog_tick.check_config(got) == []
 
 
@@ -84,6 +86,8 @@ def test_no_secret_goes_into_the_config():
         ({"head": "spark-9"}, "not among the nodes"),
         ({"nodes": [{"name": "spark-1", "ib": ""}]}, "no name or ib address"),
         ({"settings": dict(SETTINGS, frozen_ticks=0)}, "frozen_ticks"),
+        ({"settings": dict(SETTINGS, tick_cpu_budget_s=0)}, "tick_cpu_budget_s"),
+        ({"settings": {k: v for k, v in SETTINGS.items() if k != "tick_cpu_budget_s"}}, "tick_cpu_budget_s"),
         ({"settings": dict(SETTINGS, serve_port="eighty")}, "not a number"),
     ],
 )

@@ -6,6 +6,8 @@ import shutil
 import subprocess
 import sys
 import tarfile
+import types
+from pathlib import Path
 
 import pytest
 from ansible_collections.sparkops.vllm.plugins.module_utils import _layout
@@ -37,6 +39,8 @@ class FakeIo(prog.Io):
         self.ray_down, self.apps, self.power = set(ray_down), apps or {}, power
         self.argvs, self.requests, self.lines, self.files = [], [], [], {}
         self.tmp = tmp_path
+        # What the tick measures of itself at its end (Io.usage); None: measure for real.
+        self.cost = (0.25, 1.5)
 
     def now(self):
         return self.clock
@@ -80,6 +84,12 @@ class FakeIo(prog.Io):
 
     def log(self, line):
         self.lines.append(line)
+
+    def warn(self, line):
+        self.lines.append("WARNING " + line)
+
+    def usage(self):
+        return self.cost if self.cost is not None else super().usage()
 
 
 @pytest.fixture
@@ -293,3 +303,170 @@ def test_a_worker_command_reaches_ssh_quoted():
     assert calls[0][-1] == "systemctl stop 'a b;c'"
     prog.on_node(Io(), config, {"name": "spark-1", "ib": "x"}, ["systemctl", "stop", "u"], 5)
     assert calls[1] == ["systemctl", "stop", "u"]
+
+
+# -- the tick's own cost ------------------------------------------------------------------
+
+
+def test_every_tick_ends_with_its_cost_in_the_journal_the_state_and_the_textfile(config, tmp_path):
+    io = FakeIo(tmp_path)
+    prog.run_tick(io, config)
+    assert io.lines[-1] == (
+        'watchdog action=none restarts_in_window=0/3 reason="every signal is healthy" '
+        "cpu_seconds=0.25 wall_seconds=1.5 cpu_budget_seconds=1"
+    )
+    assert not any(line.startswith("WARNING") for line in io.lines)
+    assert state_of(io, config)["last_tick_cost"] == {
+        "cpu_s": 0.25,
+        "wall_s": 1.5,
+        "cpu_budget_s": 1.0,
+        "over_budget": False,
+    }
+    text = pt.parse(io.files[config["textfile"]])
+    assert text.total("sparkops_watchdog_tick_cpu_seconds") == 0.25
+    assert text.total("sparkops_watchdog_tick_duration_seconds") == 1.5
+    assert text.total("sparkops_watchdog_tick_cpu_budget_seconds") == 1.0
+
+
+def test_a_tick_over_its_cpu_budget_warns_and_restarts_nothing(config, tmp_path):
+    config["thresholds"]["tick_cpu_budget_s"] = 0.5
+    io = FakeIo(tmp_path)
+    io.cost = (0.75, 2.0)
+    assert prog.run_tick(io, config) == 0
+    warnings = [line for line in io.lines if line.startswith("WARNING")]
+    assert len(warnings) == 1
+    assert "the tick used 0.75 s of CPU, over its budget of 0.5 s" in warnings[0]
+    assert not any(a[0] == "systemctl" or "systemctl" in a[-1] for a in io.argvs)
+    state = state_of(io, config)
+    assert state["last_decision"] == wd.NONE and state["restarts"] == []
+    assert state["last_tick_cost"]["over_budget"] is True
+    # The next tick, within its budget, does not warn: the figure is per tick.
+    io.cost, io.lines = (0.1, 1.0), []
+    prog.run_tick(io, config)
+    assert not any(line.startswith("WARNING") for line in io.lines)
+    assert state_of(io, config)["last_tick_cost"]["over_budget"] is False
+
+
+def test_a_restart_tick_journals_its_decision_first_and_its_cost_after_the_restart(config, tmp_path):
+    io = FakeIo(tmp_path, canary="timeout")
+    io.cost = (0.4, 95.0)
+    assert prog.run_tick(io, config) == 0
+    decision = next(i for i, line in enumerate(io.lines) if "action=restart_serve" in line)
+    assert "cpu_seconds" not in io.lines[decision]
+    assert io.lines[-1] == "restart scope=serve done cpu_seconds=0.4 wall_seconds=95 cpu_budget_seconds=1"
+    assert state_of(io, config)["last_tick_cost"]["wall_s"] == 95.0
+
+
+def test_a_paused_tick_records_its_cost_too(config, tmp_path):
+    io = FakeIo(tmp_path)
+    prog.run_pause(io, config, "maintenance")
+    io.cost = (0.05, 0.06)
+    prog.run_tick(io, config)
+    assert io.lines[-1].endswith("cpu_seconds=0.05 wall_seconds=0.06 cpu_budget_seconds=1")
+    assert state_of(io, config)["last_tick_cost"]["cpu_s"] == 0.05
+
+
+def test_the_measurement_reads_getrusage_of_itself_and_its_children(monkeypatch):
+    asked = []
+
+    def getrusage(who):
+        asked.append(who)
+        if who == prog.resource.RUSAGE_SELF:
+            return types.SimpleNamespace(ru_utime=0.07, ru_stime=0.02)
+        return types.SimpleNamespace(ru_utime=0.11, ru_stime=0.05)
+
+    monkeypatch.setattr(prog.resource, "getrusage", getrusage)
+    monkeypatch.setattr(prog, "STARTED", prog.time.monotonic() - 2.0)
+    cpu, wall = prog.Io().usage()
+    assert sorted(asked) == sorted([prog.resource.RUSAGE_SELF, prog.resource.RUSAGE_CHILDREN])
+    assert cpu == pytest.approx(0.25)
+    assert 2.0 <= wall < 60
+
+    # Without /proc the wall time still counts, from the program's first line.
+    def no_sysconf(name):
+        raise ValueError(f"unrecognized configuration name {name}")
+
+    monkeypatch.setattr(prog.os, "sysconf", no_sysconf)
+    assert 2.0 <= prog.Io().usage()[1] < 60
+
+
+# /proc/self/stat of a python3 whose command name holds a space and a parenthesis
+# (proc(5): field 22, starttime, 81234 clock ticks after boot).
+STAT = (
+    "4242 (py (tick) 3) S 1 4242 4242 0 -1 4194560 1234 0 0 0 5 2 0 0 30 10 1 0 81234 "
+    "27000000 2500 18446744073709551615 1 1 0 0 0 0 0 16781312 2 0 0 0 17 3 0 0 0 0 0\n"
+)
+
+
+def test_the_process_s_age_comes_from_its_start_time_in_proc():
+    assert prog.process_age_s(STAT, 812.5, 100) == pytest.approx(0.16)
+
+
+@pytest.mark.parametrize(
+    ("since_first_line", "age", "wall"),
+    [
+        pytest.param(1.2, 1.25, 1.25, id="the interpreter's start counted"),
+        pytest.param(1.2, None, 1.2, id="no /proc: from the first line"),
+        pytest.param(1.2, 1.0, 1.2, id="an age under the first line's: not believed"),
+        pytest.param(1.2, 86400.0, 1.2, id="an age from another clock: not believed"),
+    ],
+)
+def test_the_wall_seconds(since_first_line, age, wall):
+    assert prog.wall_seconds(since_first_line, age) == wall
+
+
+def test_a_real_measurement_counts_a_child_it_waited_for(config, tmp_path):
+    """Io.usage for real: a child's CPU (here a busy python) is in the tick's figure."""
+    before, _ = prog.Io().usage()
+    spin = "import time\nend = time.process_time() + 0.2\nwhile time.process_time() < end: pass"
+    subprocess.run([sys.executable, "-c", spin], check=True, timeout=60)
+    after, wall = prog.Io().usage()
+    assert after - before >= 0.2
+    assert wall > 0
+    io = FakeIo(tmp_path)
+    io.cost = None
+    prog.run_tick(io, config)
+    cost = state_of(io, config)["last_tick_cost"]
+    assert cost["cpu_s"] >= after - 0.001 and cost["wall_s"] >= wall - 0.001
+
+
+def test_a_warning_reaches_the_journal_at_warning_priority(capsys):
+    prog.Io().warn("watchdog warning=tick_over_cpu_budget")
+    assert capsys.readouterr().out == "<4>sparkops watchdog: watchdog warning=tick_over_cpu_budget\n"
+
+
+def test_the_shipped_program_measures_its_own_tick(config, tmp_path):
+    """The bundle as the head runs it (plain script, no Ansible): a paused tick observes
+    nothing, and still measures and records what it cost."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    for name in _layout.WATCHDOG_BUNDLE:
+        shutil.copy(ROOT / "plugins" / "module_utils" / name, bundle / name)
+    state = wd.new_state()
+    state.update(paused=True, paused_reason="maintenance")
+    os.makedirs(os.path.dirname(config["state_file"]))
+    with open(config["state_file"], "w", encoding="utf-8") as handle:
+        handle.write(wd.dump_state(state))
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            str(bundle / "_watchdog_tick.py"),
+            "--config",
+            str(tmp_path / "config.json"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    cost = json.loads(Path(config["state_file"]).read_text(encoding="utf-8"))["last_tick_cost"]
+    assert 0 < cost["cpu_s"] < cost["cpu_budget_s"] and cost["wall_s"] > 0
+    assert done.stdout.splitlines()[-1].endswith(
+        f"cpu_seconds={cost['cpu_s']:g} wall_seconds={cost['wall_s']:g} cpu_budget_seconds=1"
+    )
+    text = pt.parse(Path(config["textfile"]).read_text(encoding="utf-8"))
+    assert text.total("sparkops_watchdog_tick_cpu_seconds") == cost["cpu_s"]
