@@ -195,8 +195,13 @@ class Scanner:
             self._restore(held, number)
 
     def _restore(self, raw: bytes, number: int) -> None:
-        """Leave the state :meth:`feed` leaves after a line it did not look at closely."""
-        self._prev_line = _clean(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
+        """Leave the state :meth:`feed` leaves after a line it did not look at closely.
+
+        That is the state :meth:`_look` leaves after a line without a trigger token,
+        the provenance line included: nothing to join to, as after an empty line.
+        """
+        line = _clean(raw[:MAX_LINE_BYTES].decode("utf-8", "replace"))
+        self._prev_line = "" if line.startswith(PROVENANCE) else line
         self._prev_number = number
         self._prev_matched = False
 

@@ -11,6 +11,7 @@ every fixture, dressed up with prefixes, colours, wrapping and awkward character
 
 import sys
 
+import pytest
 from ansible_collections.sparkops.vllm.plugins.module_utils import _diagnose as diagnose
 from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose import (
     RULES,
@@ -19,6 +20,7 @@ from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose import (
     prefilter,
     rules,
 )
+from ansible_collections.sparkops.vllm.plugins.module_utils._diagnose.rules_runtime import PROVENANCE
 from ansible_collections.sparkops.vllm.plugins.module_utils._log_lines import (
     clean_physical,
     iter_path_chunks,
@@ -82,6 +84,9 @@ def _physical_lines(draw):
         st.sampled_from(TOKEN_LINES) if draw(st.booleans()) else st.sampled_from(FIXTURE_LINES + NOISE)
     )
     line = draw(_prefix) + draw(_prefix) + base
+    if draw(st.integers(0, 4)) == 0:
+        # A fixture's provenance line (the line path skips it), colour-dressed, or a near miss.
+        line = draw(st.sampled_from([PROVENANCE, "\x1b[0m" + PROVENANCE, PROVENANCE.rstrip()])) + line
     if line and draw(st.integers(0, 3)) == 0:
         # Replace a letter with a look-alike or insert an escape code mid-word.
         at = draw(st.integers(0, len(line) - 1))
@@ -127,6 +132,44 @@ def _both(tmp_path, lines, block_size, end="\n"):
 def test_block_prefilter_feeds_what_the_line_path_would(tmp_path, lines, block_size, end):
     fast, reference = _both(tmp_path, lines, block_size, end)
     assert fast == reference
+
+
+# A provenance line ("# Source: ...", a fixture's description of the log) leaves the
+# line path with nothing to join to. The block path restores that state itself for a
+# line it does not feed one by one: the last line of the file, the last of a block, the
+# one before a picked line. It used to restore the provenance text instead.
+_EARLYOOM_SOURCE = (
+    "# Source: Debian 12 (bookworm) package earlyoom 1.7-1+b1 on a lab node (spark-2), 2026-12-01:"
+)
+
+
+@pytest.mark.parametrize("end", ["\n", ""])
+@pytest.mark.parametrize("block_size", [1, 7, 64, 300, 1 << 20])
+@pytest.mark.parametrize(
+    "lines",
+    [
+        pytest.param([_EARLYOOM_SOURCE], id="found-by-hypothesis"),
+        pytest.param(["# Source: a log", ""], id="before-an-empty-last-line"),
+        pytest.param([NOISE[0], "# Source: a log"], id="last-after-noise"),
+        pytest.param(["\x1b[0m# Source: a log"], id="colour-dressed"),
+        pytest.param(["# Source: a log", NOISE[0], TOKEN_LINES[0]], id="first-of-many"),
+        pytest.param(["# Source: a log", "CUDA error: out of memory"], id="before-a-picked-line"),
+        pytest.param(["# Source:a log"], id="near-miss-no-space"),
+    ],
+)
+def test_a_provenance_line_not_fed_leaves_what_the_line_path_leaves(tmp_path, lines, block_size, end):
+    fast, reference = _both(tmp_path, lines, block_size, end)
+    assert fast == reference
+
+
+@pytest.mark.parametrize("block_size", [1, 7, 64, 1 << 20])
+def test_a_provenance_line_joins_no_wrapped_phrase(tmp_path, block_size):
+    # Cut across two blocks, the provenance line and the next one spelled "CUDA out of
+    # memory" at their seam: the block path reported a cuda_oom the line path never sees.
+    lines = ["# Source: CUDA out of mem", "ory. Tried to allocate 2.00 GiB"]
+    fast, reference = _both(tmp_path, lines, block_size)
+    assert fast == reference
+    assert fast["result"]["findings"] == []
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
