@@ -686,6 +686,13 @@ def downtime_line(attempt: Mapping[str, Any] | None) -> str:
         value = attempt.get(key)
         if isinstance(value, int | float):
             parts.append(f"{label}: {value:.1f} s")
+    # An upgrade that never answered stayed down until the rollback's first answer: say it all.
+    if attempt.get("kind") == "upgrade" and attempt.get("rollback_first_healthy_at"):
+        if attempt.get("downtime_seconds") is None:
+            parts.insert(0, "upgrade: never healthy")
+        total = downtime_seconds(attempt.get("serve_stopped_at"), attempt.get("rollback_first_healthy_at"))
+        if total is not None:
+            parts.append(f"in all: {total:.1f} s")
     if not parts:
         return "The endpoint's downtime was not measured (no restart in this run)."
     return (

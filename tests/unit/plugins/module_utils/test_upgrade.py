@@ -742,3 +742,17 @@ MODEL_REVISIONS = [
 @pytest.mark.parametrize(("revision", "valid"), MODEL_REVISIONS)
 def test_model_revisions(revision, valid):
     assert up.valid_model_revision(revision) is valid
+
+
+def test_downtime_line_of_an_upgrade_that_never_answered_counts_until_the_rollback_answered():
+    attempt = {
+        "kind": "upgrade",
+        "serve_stopped_at": "2026-12-04T14:01:00Z",
+        "first_healthy_at": None,
+        "downtime_seconds": None,
+        "rollback_serve_stopped_at": "2026-12-04T14:03:00Z",
+        "rollback_first_healthy_at": "2026-12-04T14:04:00Z",
+        "rollback_downtime_seconds": 60.0,
+    }
+    line = up.downtime_line(attempt)
+    assert line.startswith("The endpoint was down upgrade: never healthy, rollback: 60.0 s, in all: 180.0 s")
