@@ -6,7 +6,7 @@ Part of plugins/module_utils/_inventory_contract.py (which runs every check
 group): the value readers both files share, the table of the other roles'
 settings that stage 0 checks (ROLE_SETTINGS: each with the role whose
 defaults/main.yml gives its default), and the check groups for secrets, paths,
-network addresses, ports and numbers. Each class is refused by what it is, not
+network addresses, ports, numbers and the sources a firewall chain lets in. Each class is refused by what it is, not
 by example: any control character, any system directory however it is
 spelled, any special-purpose IPv4 range, any overlap of two ports or ranges.
 
@@ -24,6 +24,8 @@ import json
 import math
 import re
 from dataclasses import dataclass
+
+from ansible_collections.sparkops.vllm.plugins.module_utils import _firewall_chain
 
 
 class Vaulted:
@@ -124,7 +126,7 @@ def same(a, b):
 class RoleSetting:
     name: str
     role: str  # the role whose defaults/main.yml gives the default
-    kind: str  # int, number, bool, string, port, ray_ports, path, numbers (a mapping of numbers)
+    kind: str  # int, number, bool, string, port, ray_ports, path, numbers (a mapping of numbers), sources
     file: str  # the sample file that documents it
     minimum: float | None = None
     nullable: bool = False
@@ -176,6 +178,7 @@ ROLE_SETTINGS = (
     ),
     RoleSetting("preflight_plan_ray_reserve_gib", "preflight", "numbers", _PF, minimum=0),
     RoleSetting("teardown_state_dir", "teardown", "path", "group_vars/all/teardown.yml"),
+    RoleSetting("monitoring_allowed_sources", "monitoring", "sources", "group_vars/all/monitoring.yml"),
 )
 ROLE_SETTING = {s.name: s for s in ROLE_SETTINGS}
 NUMERIC_ROLE_SETTINGS = {
@@ -692,7 +695,7 @@ KIND_WORDS = {
 
 
 def check_role_settings(inv):
-    """The other roles' settings of the table: types, finite, not negative."""
+    """The other roles' settings of the table: types, finite, not negative; a firewall chain's sources."""
 
     def texts(h):
         out = []
@@ -702,6 +705,10 @@ def check_role_settings(inv):
                 continue
             value = hv[s.name]
             fault = None
+            if s.kind == "sources":
+                # a firewall chain's extra sources: the monitoring stage's preflight says the same
+                out += _firewall_chain.sources_problems(value, s.name, s.file)
+                continue
             if s.kind in ("int", "number"):
                 fault = number_fault(s.kind, value, s.minimum, s.nullable)
             elif s.kind == "numbers":

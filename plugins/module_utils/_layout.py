@@ -3,7 +3,7 @@
 """Every name and path of a deployment, from its cluster name and a few path settings.
 
 One source for the systemd units, the containers, the config and state
-directories and the files in them (launch script, env files, firewall script,
+directories and the files in them (launch script, env files, firewall scripts,
 measured and deployed records), the model's manifest, model_sync's rsync
 daemon and cluster_ssh's key. Roles read these through the
 ``sparkops.vllm.layout`` filter; no role, template or playbook builds one of
@@ -58,9 +58,11 @@ NODE_EXPORTER_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 PROMETHEUS_DIR = "/etc/prometheus"
 PROMETHEUS_DEFAULTS = "/etc/default/prometheus"
 NODE_EXPORTER_DEFAULTS = "/etc/default/prometheus-node-exporter"
-# iptables chain names hold at most 28 characters (xtables XT_EXTENSION_MAXNAMELEN 29
-# with its NUL); "SPARKOPS-RAY-" leaves 15 for the cluster's name.
-_CHAIN_PREFIX = "SPARKOPS-RAY-"
+# The project's own iptables chains (plugins/module_utils/_firewall_chain.py builds their rules),
+# one per purpose and cluster. Chain names hold at most 28 characters (xtables
+# XT_EXTENSION_MAXNAMELEN 29 with its NUL); each prefix is 13 characters and leaves 15 for the
+# cluster's name.
+_CHAIN_PREFIXES = {"ray": "SPARKOPS-RAY-", "monitoring": "SPARKOPS-MON-"}
 _CHAIN_NAME_ROOM = 15
 ROLES = ("head", "worker")
 
@@ -73,11 +75,12 @@ def _blank(value: Any) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def firewall_chain(cluster: str) -> str:
-    """The iptables chain of the cluster's Ray firewall: a name longer than 15 is shortened with its hash."""
+def firewall_chain(cluster: str, purpose: str = "ray") -> str:
+    """The iptables chain of the cluster's Ray (or monitoring) firewall: a name longer than 15 is shortened with its hash."""
+    prefix = _CHAIN_PREFIXES[purpose]
     if len(cluster) <= _CHAIN_NAME_ROOM:
-        return _CHAIN_PREFIX + cluster
-    return f"{_CHAIN_PREFIX}{cluster[:6]}-{hashlib.sha1(cluster.encode()).hexdigest()[:8]}"
+        return prefix + cluster
+    return f"{prefix}{cluster[:6]}-{hashlib.sha1(cluster.encode()).hexdigest()[:8]}"
 
 
 def manifest_beside(model_path: str) -> str:
@@ -130,10 +133,13 @@ def layout(
         "ray_worker": f"{base}-ray-worker",
         "serve": f"{base}-vllm",
         "ray_firewall": f"{base}-ray-firewall",
+        # The monitoring stage's firewall of Prometheus's and the node exporter's ports.
+        "monitoring_firewall": f"{base}-monitoring-firewall",
         "model_sync_rsyncd": f"{PREFIX}-model-sync-rsyncd",
         "watchdog": f"{base}-watchdog",
         "watchdog_timer": f"{base}-watchdog.timer",
     }
+    firewall_comments = [f"{PREFIX} {cluster} ray ports", f"{PREFIX} {cluster} monitoring ports"]
     unit_names = {key: name if "." in name else f"{name}.service" for key, name in units.items()}
     if not _blank(manifest_path):
         manifest = str(manifest_path)
@@ -153,7 +159,15 @@ def layout(
         # first (model_sync's rsync daemon is shared by clusters: not here).
         "cluster_unit_names": [
             unit_names[key]
-            for key in ("serve", "ray_worker", "ray_head", "ray_firewall", "watchdog_timer", "watchdog")
+            for key in (
+                "serve",
+                "ray_worker",
+                "ray_head",
+                "ray_firewall",
+                "monitoring_firewall",
+                "watchdog_timer",
+                "watchdog",
+            )
         ],
         # journalctl -u takes a glob: every unit of this cluster.
         "unit_glob": f"{base}-*",
@@ -178,7 +192,14 @@ def layout(
         "ib_recheck_script": f"{config_dir}/ib-recheck/{IB_RECHECK_BUNDLE[0]}",
         "ray_firewall_chain": firewall_chain(cluster),
         # The comment on INPUT's jump to the chain (teardown finds a left-behind chain by it).
-        "ray_firewall_comment": f"{PREFIX} {cluster} ray ports",
+        "ray_firewall_comment": firewall_comments[0],
+        # The monitoring stage's chain of Prometheus's and the node exporter's ports (roles/monitoring).
+        "monitoring_firewall_script": f"{config_dir}/monitoring-firewall",
+        "monitoring_firewall_chain": firewall_chain(cluster, "monitoring"),
+        "monitoring_firewall_comment": firewall_comments[1],
+        # The comments on INPUT's jumps to every chain of the cluster (teardown removes a chain
+        # left behind by its unit by them).
+        "firewall_comments": firewall_comments,
         "ray_temp_dir": f"{state}/ray",
         # Ray's link to its latest session (it points inside the container: follow it by name).
         "ray_session_latest": f"{state}/ray/session_latest",

@@ -13,7 +13,10 @@ INVENTORY = AnsibleRunner(os.path.dirname(os.environ["MOLECULE_INVENTORY_FILE"])
 HEAD = INVENTORY.get_hosts("head")[0]
 CLUSTER = INVENTORY.get_variables(HEAD)["sparkops_cluster_name"]
 MODEL = INVENTORY.get_variables(HEAD)["sparkops_model_path"]
-UNITS = [f"sparkops-{CLUSTER}-{name}.service" for name in ("ray-head", "ray-worker", "vllm", "ray-firewall")]
+UNITS = [
+    f"sparkops-{CLUSTER}-{name}.service"
+    for name in ("ray-head", "ray-worker", "vllm", "ray-firewall", "monitoring-firewall")
+]
 SHM_PATTERNS = ["plasma*", "ray_*", "nccl-*", "torch_*", "vllm*", "psm_*", "sem.mp-*", "sem.loky-*"]
 
 
@@ -56,6 +59,8 @@ def test_no_firewall_chain_of_the_cluster_is_left(host):
     rules = host.check_output("iptables -w 10 -S")
     assert f"sparkops {CLUSTER} ray ports" not in rules
     assert f"SPARKOPS-RAY-{CLUSTER}" not in rules
+    assert f"sparkops {CLUSTER} monitoring ports" not in rules
+    assert f"SPARKOPS-MON-{CLUSTER}" not in rules
 
 
 def test_the_cluster_ssh_key_is_gone(host):

@@ -81,6 +81,8 @@ FORBIDDEN = [
     (re.compile(r"/var/log/sparkops"), "model_sync's progress directory"),
     (re.compile(r"/opt/sparkops"), "the launch script's path in the container"),
     (re.compile(r"-ray-(head|worker|firewall)\b"), "a Ray unit or container name"),
+    (re.compile(r"-monitoring-firewall\b"), "the monitoring firewall's unit or script"),
+    (re.compile(r"SPARKOPS-(RAY|MON)-"), "a firewall chain's name"),
     (re.compile(r"\}\}-vllm\b"), "the serve unit or container name"),
     (re.compile(r"""~\s*['"]-(vllm|ray-|watchdog)"""), "a name joined with ~ (... ~ '-vllm')"),
     (re.compile(r"model-sync-rsyncd(?!\.service\.j2)"), "model_sync's rsync daemon unit"),

@@ -1001,6 +1001,21 @@ def test_the_ray_reserves_accept_numbers():
     assert run(setting("preflight_plan_ray_reserve_gib", {"head": 4.2, "worker": "1.8"})) == []
 
 
+def test_the_monitoring_ports_extra_sources_are_ipv4_networks():
+    """Refused in stage 0, with the words the monitoring stage's preflight uses (_firewall_chain.py)."""
+    assert run(setting("monitoring_allowed_sources", ["10.0.0.0/24", "10.0.1.7/32"])) == []
+    problems = run(host_var("spark-2", "monitoring_allowed_sources", ["10.0.1.7", "10.0.0.0/24"]))
+    assert problems == [
+        "spark-2: monitoring_allowed_sources item '10.0.1.7' has no prefix; write 10.0.1.7/32 for that one "
+        "machine, or its network, e.g. 10.0.0.0/24. Fix: list IPv4 networks in CIDR form, e.g. "
+        "monitoring_allowed_sources: [10.0.0.0/24, 10.0.1.7/32] (group_vars/all/monitoring.yml)"
+    ]
+    problems = run(setting("monitoring_allowed_sources", "10.0.0.0/24"))
+    assert len(problems) == 1 and problems[0].startswith(
+        'cluster: monitoring_allowed_sources "10.0.0.0/24" is not a list. Fix: '
+    ), problems
+
+
 def test_nan_everywhere_is_still_one_value():
     """NaN != NaN in Python: the consistency check must not call two NaNs different."""
     problems = run(setting("sparkops_gpu_memory_utilization", math.nan))

@@ -15,6 +15,7 @@ def test_the_default_layout_of_a_cluster():
         "ray_worker": "sparkops-lab-ray-worker",
         "serve": "sparkops-lab-vllm",
         "ray_firewall": "sparkops-lab-ray-firewall",
+        "monitoring_firewall": "sparkops-lab-monitoring-firewall",
         "model_sync_rsyncd": "sparkops-model-sync-rsyncd",
         "watchdog": "sparkops-lab-watchdog",
         "watchdog_timer": "sparkops-lab-watchdog.timer",
@@ -35,6 +36,11 @@ def test_the_default_layout_of_a_cluster():
     assert got["ray_firewall_script"] == "/etc/sparkops/lab/ray-firewall"
     assert got["ray_firewall_chain"] == "SPARKOPS-RAY-lab"
     assert got["ray_firewall_comment"] == "sparkops lab ray ports"
+    assert got["monitoring_firewall_script"] == "/etc/sparkops/lab/monitoring-firewall"
+    assert got["monitoring_firewall_chain"] == "SPARKOPS-MON-lab"
+    assert got["monitoring_firewall_comment"] == "sparkops lab monitoring ports"
+    assert got["firewall_comments"] == ["sparkops lab ray ports", "sparkops lab monitoring ports"]
+    assert "sparkops-lab-monitoring-firewall.service" in got["cluster_unit_names"]
     assert got["ray_temp_dir"] == "/var/lib/sparkops/lab/ray"
     assert got["ray_logs_dir"] == "/var/lib/sparkops/lab/ray/session_latest/logs"
     assert got["ray_session_latest"] == "/var/lib/sparkops/lab/ray/session_latest"
