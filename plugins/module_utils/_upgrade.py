@@ -405,10 +405,16 @@ def plan_rollback(section: Mapping[str, Any] | None, *, host: str) -> dict[str, 
     if doc["phase"] == ROLLED_BACK:
         return {"action": "none", "to": doc["current"], "reason": "rolled back already; nothing moved since"}
     if doc["phase"] == UPGRADING:
+        unfinished = (doc["attempt"] or {}).get("outcome") == "rolling_back"
         return {
             "action": "rollback",
             "to": doc["current"],
-            "reason": "an upgrade was interrupted before its gate; back to the recorded deployment",
+            "reason": (
+                "the upgrade failed its gate and its rollback did not finish"
+                if unfinished
+                else "an upgrade was interrupted before its gate"
+            )
+            + "; back to the recorded deployment",
         }
     if doc["phase"] == AWAITING_CONFIRM and doc["previous"]:
         return {
