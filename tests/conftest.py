@@ -5,6 +5,8 @@ sparkops/vllm`` is a committed symlink back to it, so the same tree serves
 ansible.cfg's ``collections_path`` and the unit tests without an install step.
 """
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,3 +33,28 @@ def iter_tasks(node):
         yield node
         for key in ("tasks", "pre_tasks", "post_tasks", "handlers", "block", "rescue", "always"):
             yield from iter_tasks(node.get(key) or [])
+
+
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+def run_local_playbook(playbook, extra, *, inventory=None, timeout=300):
+    """Run ``playbook`` with ``extra`` as one JSON -e against the lab inventory (nothing reached:
+    the playbooks the unit tests write run on localhost); assert it passed and return the result."""
+    result = subprocess.run(
+        [
+            str(ANSIBLE_PLAYBOOK),
+            "-i",
+            str(inventory or ROOT / "inventory" / "lab"),
+            str(playbook),
+            "-e",
+            json.dumps(extra),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result

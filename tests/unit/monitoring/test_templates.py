@@ -9,15 +9,14 @@ import base64
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+from conftest import run_local_playbook
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLE = ROOT / "roles" / "monitoring"
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 
 PLAYBOOK = """
 - name: Render as the stage does
@@ -48,22 +47,7 @@ def rendered(tmp_path_factory):
         "sparkops_ray_ports": {"metrics_export": 6385},
         "__monitoring_record": {"content": base64.b64encode(json.dumps(RECORD).encode()).decode()},
     }
-    result = subprocess.run(
-        [
-            str(ANSIBLE_PLAYBOOK),
-            "-i",
-            str(ROOT / "inventory" / "lab"),
-            str(playbook),
-            "-e",
-            json.dumps(extra),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_local_playbook(playbook, extra)
     return out
 
 

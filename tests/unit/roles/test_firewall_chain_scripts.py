@@ -15,18 +15,14 @@ reading of it (``_roce.firewall_blocks``, what ``roce_firewall_info`` does) must
 subnet let in and another network dropped.
 """
 
-import json
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from ansible_collections.sparkops.vllm.plugins.module_utils import _roce
-from conftest import FIXTURES, ROOT
+from conftest import FIXTURES, ROOT, run_local_playbook
 
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 TEMPLATES = ROOT / "roles" / "firewall_chain" / "templates"
 CAPTURE = FIXTURES / "firewall_chain" / "iptables-save.txt"
 ALLOWED = ["10.20.0.0/16", "172.29.10.99/32"]
@@ -82,22 +78,7 @@ def rendered(tmp_path_factory):
         "sparkops_serve_endpoint": {"host": "0.0.0.0", "port": 8000},
         "monitoring_allowed_sources": ALLOWED,
     }
-    result = subprocess.run(
-        [
-            str(ANSIBLE_PLAYBOOK),
-            "-i",
-            str(ROOT / "inventory" / "lab"),
-            str(playbook),
-            "-e",
-            json.dumps(extra),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=ROOT,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run_local_playbook(playbook, extra)
     return out
 
 
