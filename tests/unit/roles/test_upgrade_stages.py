@@ -31,8 +31,10 @@ FIRST, LAST = "preflight", "vllm_serve"
 #   node and publishes no fact a later stage reads, and the inventory did not change
 #   (the upgrade's own settings are checked by the role's decide step);
 # - watchdog and monitoring are not restarted by an image change: their units do not
-#   run the image (the upgrade pauses the watchdog around the restart and resumes it).
-NOT_SWITCHED = {"validate", "watchdog", "monitoring"}
+#   run the image (the upgrade pauses the watchdog around the restart and resumes it);
+# - probe (the correctness probe after serve) is the gate's own step: the gate runs the
+#   probe role itself and decides on its result instead of failing the run.
+NOT_SWITCHED = {"validate", "probe", "watchdog", "monitoring"}
 # Restarted through the upgrade role after begin (serve stopped); everything before
 # them, model_sync included, runs while the old deployment still serves.
 RESTARTED_AFTER = "vllm_image"
