@@ -2,6 +2,8 @@
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from testinfra.utils.ansible_runner import AnsibleRunner
@@ -135,3 +137,23 @@ def test_vllm_keeps_each_nodes_network_variables_on_its_workers(host, hostvars):
     assert copied and excluded
     assert "NCCL_SOCKET_IFNAME" in excluded[-1] and "NCCL_SOCKET_IFNAME" not in copied[-1]
     assert "VLLM_API_KEY" not in copied[-1] and "HF_TOKEN" not in copied[-1]
+
+
+def test_deploy_ended_with_the_correctness_probe_and_recorded_its_reference(host, hostvars):
+    # deploy.yml's probe after serve (roles/correctness_probe): the first run of this
+    # deployment recorded the reference, keyed by what decides the answers.
+    if not _is_head(hostvars):
+        pytest.skip("the reference is the head's")
+    # The path from the collection's one layout (plugins/module_utils/_layout.py).
+    sys.path.insert(0, str(Path(os.environ["MOLECULE_PROJECT_DIRECTORY"]) / ".collections"))
+    from ansible_collections.sparkops.vllm.plugins.module_utils._layout import layout  # noqa: PLC0415
+
+    path = layout(CLUSTER, role="head")["deployed_record"]
+    record = json.loads(host.file(path).content_string)
+    reference = record["sections"]["correctness"]
+    serve = record["sections"]["serve"]
+    assert reference["deployment_key"].startswith("sha256:")
+    assert reference["inputs"]["image"] == serve["image"]
+    assert reference["inputs"]["model"] == serve["model"]
+    assert len(reference["answers"]) == 3
+    assert all(answer["text"] and answer["variants"] == 1 for answer in reference["answers"])
