@@ -79,7 +79,9 @@ def _switch_steps() -> list[tuple[str, str]]:
         calls = _upgrade_calls(play)
         assert len(calls) == 1, f"the switch's play {play.get('name')!r} runs one step of the upgrade role"
         ((tasks_from, variables),) = calls
-        assert play["hosts"] == "cluster", f"{play.get('name')!r} runs on every node"
+        # assess is the head's alone (roles/upgrade/tasks/assess.yml); every other step every node's.
+        hosts = "head" if tasks_from == "assess" else "cluster"
+        assert play["hosts"] == hosts, f"{play.get('name')!r} runs on {hosts}"
         if tasks_from == "restart":
             steps.append(("restart", variables["upgrade_stage"]))
         else:
@@ -131,9 +133,27 @@ def test_the_switch_aims_imports_begins_restarts_then_gates():
         + [("import", stage) for stage in imported]
         + [("upgrade", "begin")]
         + [("restart", stage) for stage in restarted]
-        + [("upgrade", "gate")]
+        + [("upgrade", "assess"), ("upgrade", "gate")]
     )
     assert _switch_steps() == expected
+
+
+def test_a_rescued_failure_cannot_drop_a_node_from_the_switch():
+    # ansible-core's linear strategy (lib/ansible/plugins/strategy/linear.py, 2.19.14):
+    # in an any_errors_fatal play, a host's failure inside a block, even one its rescue
+    # handles, marks every other host of the play failed. The plays whose steps rescue
+    # failures (assess: the probe and the bench; restart: the stages) must not be
+    # any_errors_fatal, and the gate asserts that every node is still in the run.
+    rescuing = {"assess", "restart"}
+    for play in _load(SWITCH):
+        for tasks_from, _ in _upgrade_calls(play):
+            if tasks_from in rescuing:
+                assert not play.get("any_errors_fatal"), f"{play['name']!r} rescues failures"
+            for task in _load(ROOT / "roles" / "upgrade" / "tasks" / f"{tasks_from}.yml"):
+                if "rescue" in task:
+                    assert tasks_from in rescuing, f"{tasks_from}.yml rescues; its play must not be fatal"
+    gate = _load(ROOT / "roles" / "upgrade" / "tasks" / "gate.yml")
+    assert "ansible_play_hosts | sort == groups['cluster'] | sort" in gate[0]["ansible.builtin.assert"]["that"]
 
 
 def test_the_restart_entry_point_takes_exactly_the_restarted_stages():
