@@ -25,7 +25,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ansible_collections.sparkops.vllm.plugins.module_utils import _firewall_chain
+from ansible_collections.sparkops.vllm.plugins.module_utils import _firewall_chain, _serve_endpoint
 
 
 class Vaulted:
@@ -367,7 +367,7 @@ def check_open_api(inv):
     host = ref.get("vllm_serve_host", "0.0.0.0")
     if ref.get("vllm_serve_allow_unauthenticated") is True or (isinstance(host, str) and _loopback(host)):
         return []
-    port = ref.get("vllm_serve_port", 8000)
+    port = ref.get("vllm_serve_port", _serve_endpoint.DEFAULT_PORT)
     return [
         f"cluster: sparkops_api_key is empty while vLLM's API listens on {host}:{port} (vllm_serve_host), beyond "
         "loopback: anyone who reaches that port can use the model. Fix: set a key of at least "
@@ -375,6 +375,24 @@ def check_open_api(inv):
         "with vllm_serve_host, or set vllm_serve_allow_unauthenticated: true to serve it open on purpose "
         f"({_VS})"
     ]
+
+
+def check_serve_host(inv):
+    """vllm_serve_host is an IP address or a host name: it is vLLM's --host, and the URL every
+    client of the endpoint builds from it (plugins/module_utils/_serve_endpoint.py)."""
+
+    def texts(h):
+        value = inv.vars(h).get("vllm_serve_host")
+        # Not a string, or empty: check_role_settings names it (a word without spaces).
+        if not isinstance(value, str) or value == "" or _serve_endpoint.valid_host(value):
+            return []
+        return [
+            f"vllm_serve_host {to_json(value)} is neither an IP address nor a host name (RFC 1123: letters, "
+            "digits, hyphens, dots). Fix: 0.0.0.0 to listen on every address, 127.0.0.1 for loopback only, or "
+            f"the head's one address to serve on ({_VS})"
+        ]
+
+    return _per_host(inv, texts)
 
 
 # -- paths ------------------------------------------------------------------------
@@ -746,4 +764,12 @@ def check_role_settings(inv):
     return _per_host(inv, texts)
 
 
-SAFETY_CHECKS = (check_secrets, check_open_api, check_paths, check_network, check_ports, check_role_settings)
+SAFETY_CHECKS = (
+    check_secrets,
+    check_open_api,
+    check_serve_host,
+    check_paths,
+    check_network,
+    check_ports,
+    check_role_settings,
+)

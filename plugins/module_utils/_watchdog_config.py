@@ -14,7 +14,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.sparkops.vllm.plugins.module_utils import _deployed_record, _monitoring, _watchdog
+from ansible_collections.sparkops.vllm.plugins.module_utils import (
+    _deployed_record,
+    _serve_endpoint,
+    _watchdog,
+)
 
 
 class WatchdogConfigError(ValueError):
@@ -83,21 +87,15 @@ def build(
         raise WatchdogConfigError(f"a setting is missing or not a number: {exc}") from exc
     try:
         _watchdog.settings(thresholds)
-    except _watchdog.WatchdogError as exc:
+        # serve as a client on the head reaches it (plugins/module_utils/_serve_endpoint.py).
+        endpoint = _serve_endpoint.on_head(settings.get("serve_host"), serve_port)
+    except (_watchdog.WatchdogError, _serve_endpoint.EndpointError) as exc:
         raise WatchdogConfigError(str(exc)) from exc
     return {
         "cluster": cluster,
         "head": {"name": head, "ib": head_node["ib"], "units": list(head_units)},
         "workers": [{"name": w["name"], "ib": w["ib"], "units": list(worker_units)} for w in workers],
-        # serve as a client on the head reaches it: 127.0.0.1 when it listens on every address,
-        # else the address it listens on (the same rule Prometheus's vLLM target follows).
-        "endpoint": "http://"
-        + _monitoring.hostport(
-            _monitoring.serve_target(
-                str(settings.get("serve_host") or ""), "127.0.0.1", prometheus_on_head=True
-            ),
-            serve_port,
-        ),
+        "endpoint": endpoint,
         "served_model_name": str(settings["served_model_name"]),
         "canary_prompt": str(settings["canary_prompt"]),
         **timeouts,

@@ -1063,3 +1063,21 @@ def test_no_value_of_any_type_crashes_the_contract(name):
         for mutate in (setting(name, value), host_var("spark-2", name, value)):
             problems = run(mutate)
             assert all(isinstance(p, str) and ". Fix: " in p for p in problems), (name, value, problems)
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["0.0.0.0;id", "$(reboot)", "spark-1/x", "[::1]", "-h", "a..b", "é.lan", "10.0.0.1:8000", "x" * 64],
+)
+def test_a_serve_host_that_is_no_address_is_refused_before_anything_runs(value):
+    # vllm_serve_host becomes vLLM's --host and the URL of every client of the endpoint,
+    # one of them on a shell line (plugins/module_utils/_serve_endpoint.py).
+    mine = problems_naming(run(setting("vllm_serve_host", value)), "vllm_serve_host", "neither an IP address")
+    assert len(mine) == 1 and mine[0].startswith("cluster: ") and "Fix: 0.0.0.0" in mine[0]
+
+
+@pytest.mark.parametrize(
+    "value", ["0.0.0.0", "::", "127.0.0.1", "10.1.230.180", "fd00::1", "spark-1.lan", "localhost"]
+)
+def test_a_serve_host_that_is_an_address_or_a_name_passes(value):
+    assert problems_naming(run(setting("vllm_serve_host", value)), "vllm_serve_host") == []
