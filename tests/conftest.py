@@ -58,3 +58,22 @@ def run_local_playbook(playbook, extra, *, inventory=None, timeout=300):
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+# A project of one local host: the ansible.cfg and inventory the CLI tests' throwaway
+# checkouts hold (tests/unit/cli), so a playbook the CLI runs reaches no node.
+LOCAL_PROJECT_CFG = "[defaults]\ninventory = hosts.yml\ngathering = explicit\n"
+LOCAL_PROJECT_HOSTS = """\
+all:
+  hosts:
+    alpha:
+      ansible_connection: local
+      ansible_python_interpreter: "{{ ansible_playbook_python }}"
+"""
+
+
+def write_local_project(root):
+    """ansible.cfg and hosts.yml of a one-local-host project into ``root`` (created)."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "ansible.cfg").write_text(LOCAL_PROJECT_CFG)
+    (root / "hosts.yml").write_text(LOCAL_PROJECT_HOSTS)

@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ import pytest
 # At collection, as every plugin test does: once test_logs has set up Ansible's collection
 # loader in this process, a first import of a module of the collection goes through it.
 from ansible_collections.sparkops.vllm.plugins.module_utils import _upgrade
+from conftest import write_local_project
 
 from sparkops_cli import cli
 from sparkops_cli.events import EXIT_OK, EXIT_USAGE
@@ -255,18 +255,7 @@ def project(tmp_path):
     (root / ".collections" / "ansible_collections" / "sparkops" / "vllm").symlink_to(ROOT)
     (root / "galaxy.yml").write_text("namespace: sparkops\nname: vllm\nversion: 0.0.1\n")
     (root / "deploy.yml").write_text("[]\n")
-    (root / "ansible.cfg").write_text("[defaults]\ninventory = hosts.yml\ngathering = explicit\n")
-    (root / "hosts.yml").write_text(
-        textwrap.dedent(
-            """\
-            all:
-              hosts:
-                alpha:
-                  ansible_connection: local
-                  ansible_python_interpreter: "{{ ansible_playbook_python }}"
-            """
-        )
-    )
+    write_local_project(root)
     (root / "playbooks" / "upgrade.yml").write_text(UPGRADE_PLAYBOOK)
     (root / "playbooks" / "rollback.yml").write_text(ROLLBACK_PLAYBOOK)
     return root

@@ -10,10 +10,10 @@ from __future__ import annotations
 import io
 import json
 import stat
-import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import write_local_project
 
 from sparkops_cli.extravars import parse_extra_vars
 from sparkops_cli.run import PlaybookRun, prepare_run_dir
@@ -55,18 +55,7 @@ def project(tmp_path, monkeypatch):
     monkeypatch.delenv("ANSIBLE_CONFIG", raising=False)
     root = tmp_path / "project"
     root.mkdir()
-    (root / "ansible.cfg").write_text("[defaults]\ninventory = hosts.yml\ngathering = explicit\n")
-    (root / "hosts.yml").write_text(
-        textwrap.dedent(
-            """\
-            all:
-              hosts:
-                alpha:
-                  ansible_connection: local
-                  ansible_python_interpreter: "{{ ansible_playbook_python }}"
-            """
-        )
-    )
+    write_local_project(root)
     (root / "play.yml").write_text(PLAYBOOK)
     return root
 
