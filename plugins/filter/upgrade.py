@@ -48,6 +48,7 @@ def upgrade_decide(
         "refused": "",
         "running": None,
         "want": None,
+        "want_label": "",
         "to": None,
         "remove": [],
         "remove_models": [],
@@ -67,14 +68,17 @@ def upgrade_decide(
                 host=host,
             )
             model = _upgrade.model_target(section, running, str(model_revision or "") or None, host=host)
+            # A model revision alone keeps the image the deployment runs (the record's, by ID).
+            keep_image = not want_ref and bool(model_revision)
             want = _upgrade.target(
-                image_ref=str(want_ref or ""),
-                image_id=str(want_id or ""),
+                image_ref=str(running["image_ref"] if keep_image else want_ref or ""),
+                image_id=str(running["image_id"] if keep_image else want_id or ""),
                 model_path=model["model_path"],
                 model_revision=model["model_revision"],
             )
             out["running"] = running
             out["want"] = want
+            out["want_label"] = _upgrade.label(want)
             out.update(_upgrade.plan_upgrade(section, running, want, host=host, require_id=bool(require_id)))
         else:
             raise _upgrade.UpgradeRefused(

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract import VLLM_VERSION
+from ansible_collections.sparkops.vllm.plugins.module_utils._layout import manifest_beside
 
 SECTION = "upgrade"
 # Every node's record (workers included) keeps which images it must hold for a rollback.
@@ -644,6 +645,7 @@ def plan_confirm(section: Mapping[str, Any] | None, *, host: str) -> dict[str, A
             "action": "none",
             "remove": [],
             "remove_models": [],
+            "remove_model_files": [],
             "reason": f"confirmed already at {doc['attempt']['confirmed_at']}; "
             f"{(doc['current'] or {}).get('image_ref')} is the only deployment kept",
         }
@@ -663,6 +665,8 @@ def plan_confirm(section: Mapping[str, Any] | None, *, host: str) -> dict[str, A
         "action": "confirm",
         "remove": remove,
         "remove_models": remove_models,
+        # The directories and model_sync's manifest beside each (a link is removed, not what it points at).
+        "remove_model_files": [item for path in remove_models for item in (path, manifest_beside(path))],
         "reason": f"the current deployment stays; {goes} goes",
     }
 
@@ -882,7 +886,9 @@ def deploy_model_guard(
             "(`sparkops upgrade` with the same options), or `sparkops rollback`."
         )
     current = doc["current"] or {}
-    if model_path == current.get("model_path") and revision == (current.get("model_revision") or None):
+    recorded = current.get("model_revision") or None
+    # A deployment recorded without a revision (before revisions were recorded) is told by its path.
+    if model_path == current.get("model_path") and (recorded is None or revision == recorded):
         return ""
     current_revision = current.get("model_revision") or '""'
     return (

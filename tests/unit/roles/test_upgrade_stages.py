@@ -153,7 +153,9 @@ def test_a_rescued_failure_cannot_drop_a_node_from_the_switch():
                 if "rescue" in task:
                     assert tasks_from in rescuing, f"{tasks_from}.yml rescues; its play must not be fatal"
     gate = _load(ROOT / "roles" / "upgrade" / "tasks" / "gate.yml")
-    assert "ansible_play_hosts | sort == groups['cluster'] | sort" in gate[0]["ansible.builtin.assert"]["that"]
+    assert (
+        "ansible_play_hosts | sort == groups['cluster'] | sort" in gate[0]["ansible.builtin.assert"]["that"]
+    )
 
 
 def test_the_restart_entry_point_takes_exactly_the_restarted_stages():

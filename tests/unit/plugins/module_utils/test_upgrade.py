@@ -301,6 +301,7 @@ def test_confirm_removes_the_kept_image_and_a_second_confirm_changes_nothing():
         "action": "confirm",
         "remove": ["vllm:old"],
         "remove_models": [],
+        "remove_model_files": [],
         "reason": decision["reason"],
     }
     done = up.confirmed(doc, now=T1)
@@ -502,7 +503,10 @@ def test_the_same_bad_target_again_changes_nothing_and_says_it_was_rolled_back()
 
 
 def test_another_target_after_a_rollback_needs_a_confirm_first():
-    with pytest.raises(up.UpgradeRefused, match=r"vllm:new \(model revision r1\) is still kept from the last rollback.*--confirm"):
+    with pytest.raises(
+        up.UpgradeRefused,
+        match=r"vllm:new \(model revision r1\) is still kept from the last rollback.*--confirm",
+    ):
         up.plan_upgrade(_failed_upgrade(), _deployment(), _want("vllm:third", "sha256:" + "c" * 64), host="h")
 
 

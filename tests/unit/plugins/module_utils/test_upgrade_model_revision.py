@@ -233,6 +233,8 @@ def test_confirm_removes_the_kept_model_directory_never_the_current(after, remov
         doc = up.rolled_back(doc, {"passed": True}, timings=TIMES, now=T1)
     decision = up.plan_confirm(doc, host="spark-1")
     assert decision["action"] == "confirm" and decision["remove_models"] == remove_models
+    manifest = posixpath.join(posixpath.dirname(remove_models[0]), f".{posixpath.basename(remove_models[0])}")
+    assert decision["remove_model_files"] == [remove_models[0], manifest + ".sparkops-manifest.json"]
     assert decision["remove"] == []  # same image: no image goes
     assert (doc["current"] or {})["model_path"] not in decision["remove_models"]
     done = up.confirmed(doc, now=T1)
@@ -368,6 +370,17 @@ def test_deploy_does_not_move_the_model_behind_the_gate(section, path, revision,
     assert (problem == "") is allowed
     if not allowed:
         assert problem.startswith("spark-1:") and "Fix:" in problem
+
+
+def test_a_deployment_recorded_without_a_revision_is_told_by_its_path():
+    running = _deployment()
+    want = up.target(image_ref="vllm:new", image_id=NEW_ID, model_path=MODEL, model_revision=None)
+    doc = up.begin(None, running, want, T0)
+    doc = up.finish(
+        doc, up.gate(HEALTHY, PROBE, None, None, 0.1), _deployment("vllm:new", NEW_ID), timings=TIMES, now=T1
+    )
+    assert up.deploy_model_guard(doc, MODEL, "main", switching=False, host="spark-1") == ""
+    assert up.deploy_model_guard(doc, "/srv/models/other", "main", switching=False, host="spark-1") != ""
 
 
 def test_the_guard_names_the_inventory_values_to_set():
