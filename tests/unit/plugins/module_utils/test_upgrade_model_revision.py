@@ -4,6 +4,7 @@ import posixpath
 
 import pytest
 from ansible_collections.sparkops.vllm.plugins.filter import upgrade as filters
+from ansible_collections.sparkops.vllm.plugins.module_utils import _teardown as teardown
 from ansible_collections.sparkops.vllm.plugins.module_utils import _upgrade as up
 
 T0 = "2026-12-04T14:00:00Z"
@@ -399,3 +400,32 @@ def test_the_report_names_the_inventory_values_after_an_upgrade():
     ):
         assert part in line
     assert up.inventory_followup(None) == ""
+
+
+# -- teardown and the kept model directories ----------------------------------------
+
+DIR = {"exists": True, "isdir": True, "islnk": False}
+MANIFEST = {"exists": True, "isreg": True, "islnk": False}
+LINK = {"exists": True, "islnk": True, "lnk_source": "/srv/models/hf-cache/x"}
+ABSENT = {"exists": False}
+
+
+def test_teardown_stats_each_kept_directory_and_its_manifest():
+    assert teardown.kept_model_files(["/srv/models/m.rev-r2"]) == [
+        "/srv/models/m.rev-r2",
+        "/srv/models/.m.rev-r2.sparkops-manifest.json",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("stats", "removed", "kept"),
+    [
+        ([DIR, MANIFEST], ["/srv/models/.m.rev-r2.sparkops-manifest.json", "/srv/models/m.rev-r2"], 0),
+        ([DIR, ABSENT], [], 1),  # no manifest: not the project's copy
+        ([LINK, MANIFEST], [], 1),  # a link is never followed
+        ([ABSENT, ABSENT], [], 0),  # gone already: nothing to do
+    ],
+)
+def test_teardown_removes_a_kept_directory_only_by_the_models_rule(stats, removed, kept):
+    decision = teardown.kept_model_removal(["/srv/models/m.rev-r2"], stats)
+    assert decision["remove"] == removed and len(decision["kept"]) == kept
