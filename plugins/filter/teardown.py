@@ -12,6 +12,16 @@ def teardown_model_removal(path, path_stat, manifest, manifest_stat):
     return _teardown.model_removal(path, dict(path_stat or {}), manifest, dict(manifest_stat or {}))
 
 
+def teardown_kept_model_files(paths):
+    """The model directories an upgrade keeps and the manifest beside each, to stat in that order."""
+    return _teardown.kept_model_files(paths)
+
+
+def teardown_kept_model_removal(paths, stats):
+    """``{remove, kept}`` for the model directories an upgrade keeps (each by teardown_model_removal's rule)."""
+    return _teardown.kept_model_removal(paths, stats)
+
+
 def teardown_firewall_rules(output, kind, comment):
     """The rules ``roce_network_firewall_open`` added (by its comment) in iptables, nft or ufw output."""
     if kind == "iptables":
@@ -30,4 +40,6 @@ class FilterModule:
         return {
             "teardown_model_removal": teardown_model_removal,
             "teardown_firewall_rules": teardown_firewall_rules,
+            "teardown_kept_model_files": teardown_kept_model_files,
+            "teardown_kept_model_removal": teardown_kept_model_removal,
         }

@@ -24,14 +24,35 @@ def upgrade_kept_images(section):
 
 
 def upgrade_decide(
-    section, head_record, command, want_ref="", want_id="", *, host="the head", require_id=True
+    section,
+    head_record,
+    command,
+    want_ref="",
+    want_id="",
+    *,
+    host="the head",
+    require_id=True,
+    model_revision="",
 ):
-    """What upgrade.yml or rollback.yml does: ``{action, reason, refused, running, to, remove, rolled_back}``.
+    """What upgrade.yml or rollback.yml does: ``{action, reason, refused, running, want, to, remove, remove_models}``.
 
-    ``command``: ``upgrade``, ``confirm`` or ``rollback``. A refusal is not raised: ``refused``
-    holds the message (host, value, fix), so the play fails with it before anything changes.
+    ``command``: ``upgrade``, ``confirm`` or ``rollback``. ``model_revision``: the Hugging Face
+    revision an upgrade asks for (``upgrade_model_revision``; empty keeps the deployment's model);
+    ``want`` then holds the target with its model directory beside the current one. A refusal
+    is not raised: ``refused`` holds the message (host, value, fix), so the play fails with it
+    before anything changes.
     """
-    out = {"action": "none", "reason": "", "refused": "", "running": None, "to": None, "remove": []}
+    out = {
+        "action": "none",
+        "reason": "",
+        "refused": "",
+        "running": None,
+        "want": None,
+        "want_label": "",
+        "to": None,
+        "remove": [],
+        "remove_models": [],
+    }
     try:
         if command == "confirm":
             out.update(_upgrade.plan_confirm(section, host=host))
@@ -46,13 +67,18 @@ def upgrade_decide(
                 now=_upgrade.utc_now(),
                 host=host,
             )
+            model = _upgrade.model_target(section, running, str(model_revision or "") or None, host=host)
+            # A model revision alone keeps the image the deployment runs (the record's, by ID).
+            keep_image = not want_ref and bool(model_revision)
             want = _upgrade.target(
-                image_ref=str(want_ref or ""),
-                image_id=str(want_id or ""),
-                model_path=running["model_path"],
-                model_revision=None,
+                image_ref=str(running["image_ref"] if keep_image else want_ref or ""),
+                image_id=str(running["image_id"] if keep_image else want_id or ""),
+                model_path=model["model_path"],
+                model_revision=model["model_revision"],
             )
             out["running"] = running
+            out["want"] = want
+            out["want_label"] = _upgrade.label(want)
             out.update(_upgrade.plan_upgrade(section, running, want, host=host, require_id=bool(require_id)))
         else:
             raise _upgrade.UpgradeRefused(
@@ -107,6 +133,42 @@ def upgrade_deploy_guard(section, run_ref, switching=False, host="the head"):
     return _upgrade.deploy_guard(section, str(run_ref or ""), switching=bool(switching), host=host)
 
 
+def upgrade_model_guard(section, model_path, model_revision="", switching=False, host="the head"):
+    """ "" when deploy.yml may serve ``model_path`` (revision) beside the ``upgrade`` section; else why not and the fix."""
+    return _upgrade.deploy_model_guard(
+        section,
+        str(model_path or ""),
+        str(model_revision or "") or None,
+        switching=bool(switching),
+        host=host,
+    )
+
+
+def upgrade_model_disk_check(path, present, avail_bytes, model_bytes, margin_bytes, *, host="the head"):
+    """ "" when the head has room to download a revision into ``path``; else why not and the fix (an estimate)."""
+    return _upgrade.model_disk_check(
+        host=str(host),
+        path=str(path),
+        present=bool(present),
+        avail_bytes=avail_bytes,
+        model_bytes=model_bytes,
+        margin_bytes=margin_bytes,
+    )
+
+
+def upgrade_revision_path(model_path, revision, host="the head"):
+    """The directory of a model revision beside ``model_path`` (``<parent>/<name>.rev-<revision>``)."""
+    try:
+        return _upgrade.revision_path(str(model_path or ""), str(revision or ""), host=str(host))
+    except _upgrade.UpgradeRefused as exc:
+        raise AnsibleFilterError(f"upgrade_revision_path: {exc}") from None
+
+
+def upgrade_inventory_followup(section):
+    """The report's line: which inventory values make deploy.yml serve what the upgrade made current."""
+    return _upgrade.inventory_followup(section)
+
+
 def upgrade_downtime_line(attempt):
     """The sentence an upgrade or rollback ends with: how long the endpoint was down."""
     return _upgrade.downtime_line(attempt)
@@ -140,4 +202,8 @@ class FilterModule:
             "upgrade_downtime_line": upgrade_downtime_line,
             "upgrade_node_images": upgrade_node_images,
             "upgrade_image_for_version": upgrade_image_for_version,
+            "upgrade_model_guard": upgrade_model_guard,
+            "upgrade_model_disk_check": upgrade_model_disk_check,
+            "upgrade_revision_path": upgrade_revision_path,
+            "upgrade_inventory_followup": upgrade_inventory_followup,
         }

@@ -60,19 +60,27 @@ def shard_header(index, shards, shard_mib):
     return struct.pack("<Q", len(text)) + text, data_bytes
 
 
-def shard_chunks(index, shards, shard_mib):
-    """The shard's bytes, in chunks of at most 1 MiB."""
+def shard_chunks(index, shards, shard_mib, variant=""):
+    """The shard's bytes, in chunks of at most 1 MiB.
+
+    ``variant`` (a revision's name; empty for the lab's model) seeds other bytes of the
+    same size, so two revisions of one model differ in every shard.
+    """
     header, data_bytes = shard_header(index, shards, shard_mib)
     yield header
-    rng = random.Random(f"sparkops-synthetic-{index}-{shards}-{shard_mib}")
+    seed = f"sparkops-synthetic-{index}-{shards}-{shard_mib}" + (f"-{variant}" if variant else "")
+    rng = random.Random(seed)
     while data_bytes > 0:
         size = min(MIB, data_bytes)
         yield rng.randbytes(size)
         data_bytes -= size
 
 
-def small_files(repo_id, shards, shard_mib):
-    """config.json (a tiny MoE config), the safetensors index and generation_config.json."""
+def small_files(repo_id, shards, shard_mib, variant=""):
+    """config.json (a tiny MoE config), the safetensors index and generation_config.json.
+
+    ``variant`` (a revision's name) is recorded in config.json's ``_sparkops_revision``.
+    """
     config = {
         "architectures": ["Qwen3MoeForCausalLM"],
         "model_type": "qwen3_moe",
@@ -90,6 +98,8 @@ def small_files(repo_id, shards, shard_mib):
         "max_position_embeddings": 4096,
         "torch_dtype": "bfloat16",
     }
+    if variant:
+        config["_sparkops_revision"] = variant
     weight_map = {f"model.layers.{i}.mlp.experts.weight": shard_name(i, shards) for i in range(shards)}
     index = {"metadata": {"total_size": shards * shard_mib * MIB}, "weight_map": weight_map}
     return {

@@ -20,6 +20,7 @@ import shlex
 import itertools
 
 from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract_safety import system_directory
+from ansible_collections.sparkops.vllm.plugins.module_utils._layout import manifest_beside
 
 _HF_SNAPSHOT = re.compile(r"^(?P<cache>.*/models--[^/]+)/snapshots/[^/]+/?$")
 
@@ -106,3 +107,27 @@ def ufw_rules(text, comment):
         if match and match.group("comment") == comment:
             numbers.append(int(match.group("number")))
     return sorted(numbers, reverse=True)
+
+
+def kept_model_files(paths):
+    """Each model directory an upgrade keeps (``upgrade_images.kept_models``) and model_sync's manifest beside it."""
+    return [item for path in paths or [] for item in (str(path), manifest_beside(str(path)))]
+
+
+def kept_model_removal(paths, stats):
+    """``{remove, kept: [reasons]}`` for the kept model directories; ``stats`` in ``kept_model_files`` order.
+
+    Each directory by ``model_removal``'s rule (a real directory with its manifest beside it, never
+    a link or a system directory).
+    """
+    paths = [str(path) for path in paths or []]
+    stats = list(stats or [])
+    remove, kept = [], []
+    for index, path in enumerate(paths):
+        path_stat = stats[2 * index] if 2 * index < len(stats) else {}
+        manifest_stat = stats[2 * index + 1] if 2 * index + 1 < len(stats) else {}
+        decision = model_removal(path, path_stat, manifest_beside(path), manifest_stat)
+        remove.extend(item for item in decision["remove"] if item not in remove)
+        if decision["kept"]:
+            kept.append(decision["kept"])
+    return {"remove": remove, "kept": kept}

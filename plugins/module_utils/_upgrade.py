@@ -17,12 +17,15 @@ are named in ``HEALTH_KEYS``, ``PROBE_KEYS`` and ``BENCH_KEYS``.
 from __future__ import annotations
 
 import copy
+import hashlib
+import posixpath
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 from ansible_collections.sparkops.vllm.plugins.module_utils._inventory_contract import VLLM_VERSION
+from ansible_collections.sparkops.vllm.plugins.module_utils._layout import manifest_beside
 
 SECTION = "upgrade"
 # Every node's record (workers included) keeps which images it must hold for a rollback.
@@ -193,7 +196,10 @@ def running_from_record(
             launch_inputs=launch_inputs,
             plan=plan_choice,
             model_path=serve.get("model"),
-            model_revision=model_revision,
+            # The serve section records the revision serve was launched with (vllm_serve, model_sync_hf_revision).
+            model_revision=model_revision
+            if model_revision is not None
+            else (serve.get("model_revision") or None),
             bench_baseline=bench_baseline,
             probe_reference=probe_reference,
             recorded_at=now,
@@ -216,8 +222,17 @@ def _same_by_ref(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bo
     return all(a.get(key) == b.get(key) for key in ("image_ref", "model_path", "model_revision"))
 
 
+def label(item: Mapping[str, Any] | None) -> str:
+    """A deployment as the messages name it: its image, and its model revision when it has one."""
+    item = item or {}
+    text = str(item.get("image_ref") or "the deployed image")
+    if item.get("model_revision"):
+        text += f" (model revision {item['model_revision']})"
+    return text
+
+
 def target(*, image_ref: str, image_id: str, model_path: str, model_revision: str | None) -> dict[str, Any]:
-    """What an upgrade asks for: an image (by ID, once resolved) and a model revision."""
+    """What an upgrade asks for: an image (by ID, once resolved) and a model revision (``model_target``)."""
     return {
         "image_ref": image_ref,
         "image_id": image_id,
@@ -318,6 +333,191 @@ def image_for_version(version: str, template: str, *, host: str) -> str:
     return ref
 
 
+# -- model revisions -------------------------------------------------------------
+
+# A revision's model directory sits beside the current model's: <parent>/<name>.rev-<revision>.
+# A revision that is one safe path component keeps its exact name; any other (refs/pr/3,
+# unicode, a leading dot, longer than REVISION_NAME_MAX) becomes a readable slug plus "~"
+# and a hash of the exact revision. "~" is never in a safe name (nor in a valid revision),
+# so the two forms cannot collide.
+REVISION_SEPARATOR = ".rev-"
+REVISION_NAME_MAX = 64
+_REVISION_SAFE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*", re.ASCII)
+_SLUG_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+", re.ASCII)
+REVISION_HASH_CHARS = 12
+MODEL_REVISION_SIZE_NOTE = (
+    "the size of a revision not yet downloaded is unknown offline; it is estimated as the current model's "
+    "size (a revision of the same model is normally its size) plus upgrade_model_disk_margin_gib"
+)
+
+
+def _model_base(model_path: str) -> tuple[str, str]:
+    """The model's parent directory and its name without a revision's suffix."""
+    parent, name = posixpath.split(posixpath.normpath(model_path))
+    base = name.split(REVISION_SEPARATOR, 1)[0] if REVISION_SEPARATOR in name[1:] else name
+    return parent, base or name
+
+
+def revision_component(revision: str) -> str:
+    """The path component of a revision: itself when safe, else ``slug~hash`` (deterministic, collision-free)."""
+    if (
+        len(revision) <= REVISION_NAME_MAX
+        and _REVISION_SAFE.fullmatch(revision)
+        and revision.strip(".") != ""
+    ):
+        return revision
+    slug = _SLUG_UNSAFE.sub("-", revision).strip(".-")[:32] or "rev"
+    digest = hashlib.sha256(revision.encode("utf-8", "surrogatepass")).hexdigest()[:REVISION_HASH_CHARS]
+    return f"{slug}~{digest}"
+
+
+def revision_path(model_path: str, revision: str, *, host: str = "the head") -> str:
+    """Where ``revision`` of the model at ``model_path`` goes: a directory beside it, never outside its parent.
+
+    ``<parent>/<name>.rev-<component>``, where ``name`` is the model's directory name
+    without a revision suffix (so a revision of a revision's directory is still a
+    sibling of the original, not ``m.rev-a.rev-b``). Refuses a revision that is
+    not a Hugging Face revision (``valid_model_revision``) and a model path that
+    is not absolute, naming the host, the value and the fix.
+    """
+    if (
+        not isinstance(model_path, str)
+        or not model_path.startswith("/")
+        or posixpath.normpath(model_path) == "/"
+    ):
+        raise UpgradeRefused(
+            f"{host}: the model path {model_path!r} is not an absolute directory, so a revision cannot be placed "
+            "beside it. Fix: set sparkops_model_path to the model's absolute directory and deploy first."
+        )
+    if not valid_model_revision(revision):
+        raise UpgradeRefused(
+            f"{host}: upgrade_model_revision {revision!r} is not a Hugging Face revision ({MODEL_REVISION_FORM}; "
+            "no whitespace, control characters, leading '-' or '/', '..'). Fix: give the branch, tag or commit "
+            "as the model's repository names it, e.g. `sparkops upgrade --model-revision main`."
+        )
+    parent, base = _model_base(model_path)
+    path = posixpath.join(parent, f"{base}{REVISION_SEPARATOR}{revision_component(revision)}")
+    if posixpath.dirname(path) != parent:  # the component is one name; this holds by construction
+        raise UpgradeRefused(f"{host}: the revision {revision!r} would leave {parent}")
+    return path
+
+
+def model_target(
+    section: Mapping[str, Any] | None, running: Mapping[str, Any], revision: str | None, *, host: str
+) -> dict[str, Any]:
+    """The model an upgrade asks for: ``{model_path, model_revision}``.
+
+    No revision asked for: the deployment's own (an image upgrade keeps the model).
+    A revision: the deployment's revision already (nothing to move), or its
+    directory beside the deployment's model (``revision_path``). The deployment
+    is the running one in ``steady``, else the section's ``current``.
+    """
+    doc = load(section)
+    base = running if doc["phase"] == STEADY else (doc["current"] or running)
+    path, rev = base.get("model_path"), base.get("model_revision")
+    if not revision:
+        return {"model_path": path, "model_revision": rev}
+    if revision == rev:
+        return {"model_path": path, "model_revision": rev}
+    new_path = revision_path(path, revision, host=host)
+    if new_path == posixpath.normpath(path):
+        raise UpgradeRefused(
+            f"{host}: the model directory {path} is named like revision {revision!r}'s directory, but the record "
+            f"says it holds revision {rev!r}; upgrading would serve it unchanged. Fix: deploy the model from a "
+            "directory without the '.rev-' suffix (sparkops_model_path), then upgrade."
+        )
+    return {"model_path": new_path, "model_revision": revision}
+
+
+def model_disk_check(
+    *,
+    host: str,
+    path: str,
+    present: bool,
+    avail_bytes: Any,
+    model_bytes: Any,
+    margin_bytes: Any,
+) -> str:
+    """ "" when the head has room for a revision's download beside the current model; else why not, with the fix.
+
+    ``present``: the revision's directory holds its config.json already (nothing to
+    download). ``model_bytes``: the current model's size (its manifest's
+    ``total_bytes``), the estimate of the revision's size (MODEL_REVISION_SIZE_NOTE).
+    """
+    if present:
+        return ""
+    try:
+        avail, size, margin = int(avail_bytes), int(model_bytes), int(margin_bytes)
+    except (TypeError, ValueError):
+        return (
+            f"{host}: the free space under {posixpath.dirname(path)} ({avail_bytes!r}) or the current model's size "
+            f"from its manifest ({model_bytes!r}) could not be read, so the download of {path} is not started. "
+            "Fix: run deploy.yml's model_sync stage (it writes the manifest), then upgrade again."
+        )
+    if size <= 0:
+        return (
+            f"{host}: the current model's manifest holds no size ({size} bytes), so the room for {path} cannot be "
+            "estimated. Fix: run deploy.yml's model_sync stage (it writes the manifest), then upgrade again."
+        )
+    needed = size + max(margin, 0)
+    if avail >= needed:
+        return ""
+    gib = 1024**3
+    return (
+        f"{host}: {posixpath.dirname(path)} has {avail} bytes ({avail / gib:.2f} GiB) free, but the revision's "
+        f"directory {path} needs an estimated {needed} bytes ({needed / gib:.2f} GiB): {size} bytes, the current "
+        f"model's size ({MODEL_REVISION_SIZE_NOTE}), plus a margin of {max(margin, 0)} bytes. Nothing was "
+        "downloaded. Fix: free space on that filesystem, or `sparkops upgrade --confirm` first to drop the "
+        "deployment kept for a rollback (its model directory goes with it), or lower upgrade_model_disk_margin_gib."
+    )
+
+
+def kept_model_paths(section: Mapping[str, Any] | None) -> list[str]:
+    """The model directories every node must keep: current, previous, discarded, an open attempt's target."""
+    doc = load(section)
+    candidates = [doc["current"], doc["previous"], doc["discarded"]]
+    if doc["phase"] == UPGRADING:
+        candidates.append((doc["attempt"] or {}).get("target"))
+    paths: list[str] = []
+    for item in candidates:
+        path = (item or {}).get("model_path")
+        if isinstance(path, str) and path and path not in paths:
+            paths.append(path)
+    return paths
+
+
+def model_removal(
+    section: Mapping[str, Any] | None, kept: Mapping[str, Any] | None, *, host: str
+) -> list[str]:
+    """The model directory a confirm removes with ``kept`` (the deployment it drops), checked; [] for none.
+
+    Only a path the record names for the dropped deployment, absolute and normalized,
+    a sibling of the current model's directory (never outside its parent), never the
+    current's path nor one an open deployment still uses. Anything else is refused.
+    """
+    doc = load(section)
+    current = doc["current"] or {}
+    path = (kept or {}).get("model_path")
+    cur_path = current.get("model_path")
+    if not path or path == cur_path:
+        return []
+    if (
+        not isinstance(path, str)
+        or not isinstance(cur_path, str)
+        or not path.startswith("/")
+        or posixpath.normpath(path) != path
+        or posixpath.dirname(path) != posixpath.dirname(posixpath.normpath(cur_path))
+        or posixpath.basename(path) in ("", ".", "..")
+    ):
+        raise UpgradeRefused(
+            f"{host}: the kept deployment's model directory {path!r} is not a sibling of the current model's "
+            f"directory {cur_path!r}, so the confirm does not remove it (it removes only a directory beside the "
+            "current model that the record names). Fix: check the head's deployed record (upgrade section); remove "
+            "the directory yourself if it is no longer needed, then confirm again."
+        )
+    return [path]
+
+
 # -- decisions before anything changes -----------------------------------------
 
 
@@ -357,17 +557,17 @@ def plan_upgrade(
         if same(attempt.get("target"), want):
             return {
                 "action": "resume",
-                "reason": f"the upgrade to {want['image_ref']} was interrupted; running it again",
+                "reason": f"the upgrade to {label(want)} was interrupted; running it again",
             }
         raise UpgradeRefused(
-            f"{host}: an upgrade to {(attempt.get('target') or {}).get('image_ref')} was interrupted before its gate, "
-            f"and {want['image_ref']} is asked for. Fix: `sparkops rollback` to the recorded deployment "
-            f"({current.get('image_ref')}), or rerun the interrupted upgrade."
+            f"{host}: an upgrade to {label(attempt.get('target'))} was interrupted before its gate, "
+            f"and {label(want)} is asked for. Fix: `sparkops rollback` to the recorded deployment "
+            f"({label(current)}), or rerun the interrupted upgrade."
         )
     if same(current, want):
         return {
             "action": "none",
-            "reason": f"{want['image_ref']} ({(want.get('image_id') or 'by reference')[:19]}) is the current "
+            "reason": f"{label(want)} ({(want.get('image_id') or 'by reference')[:19]}) is the current "
             "deployment already",
         }
     if doc["phase"] == ROLLED_BACK and same(doc["discarded"], want):
@@ -376,23 +576,23 @@ def plan_upgrade(
         return {
             "action": "none",
             "rolled_back": True,
-            "reason": f"{want['image_ref']} failed its gate and was rolled back at {when}; "
-            f"{current.get('image_ref')} serves. To try it again: `sparkops upgrade --confirm` (drops it), "
+            "reason": f"{label(want)} failed its gate and was rolled back at {when}; "
+            f"{label(current)} serves. To try it again: `sparkops upgrade --confirm` (drops it), "
             "then upgrade",
         }
     if doc["phase"] == AWAITING_CONFIRM:
         raise UpgradeRefused(
-            f"{host}: {doc['previous']['image_ref']} is still kept from the last upgrade, and only one deployment is "
-            f"kept beside the current one, so {want['image_ref']} cannot start. Fix: `sparkops upgrade --confirm` "
-            "(keeps the current one, removes the previous image) or `sparkops rollback`, then upgrade again."
+            f"{host}: {label(doc['previous'])} is still kept from the last upgrade, and only one deployment is "
+            f"kept beside the current one, so {label(want)} cannot start. Fix: `sparkops upgrade --confirm` "
+            "(keeps the current one, removes the previous image and model revision) or `sparkops rollback`, then upgrade again."
         )
     if doc["phase"] == ROLLED_BACK:
         raise UpgradeRefused(
-            f"{host}: {doc['discarded']['image_ref']} is still kept from the last rollback, and only one deployment "
-            f"is kept beside the current one, so {want['image_ref']} cannot start. Fix: `sparkops upgrade --confirm` "
+            f"{host}: {label(doc['discarded'])} is still kept from the last rollback, and only one deployment "
+            f"is kept beside the current one, so {label(want)} cannot start. Fix: `sparkops upgrade --confirm` "
             "(removes that image), then upgrade again."
         )
-    return {"action": "upgrade", "reason": f"{current.get('image_ref')} -> {want['image_ref']}"}
+    return {"action": "upgrade", "reason": f"{label(current)} -> {label(want)}"}
 
 
 def plan_rollback(section: Mapping[str, Any] | None, *, host: str) -> dict[str, Any]:
@@ -444,6 +644,8 @@ def plan_confirm(section: Mapping[str, Any] | None, *, host: str) -> dict[str, A
         return {
             "action": "none",
             "remove": [],
+            "remove_models": [],
+            "remove_model_files": [],
             "reason": f"confirmed already at {doc['attempt']['confirmed_at']}; "
             f"{(doc['current'] or {}).get('image_ref')} is the only deployment kept",
         }
@@ -454,10 +656,18 @@ def plan_confirm(section: Mapping[str, Any] | None, *, host: str) -> dict[str, A
             "Fix: none needed; `sparkops upgrade --image REPO:TAG` starts an upgrade."
         )
     remove = [] if kept.get("image_id") == (doc["current"] or {}).get("image_id") else [kept["image_ref"]]
+    remove_models = model_removal(doc, kept, host=host)
+    goes = (
+        " and ".join(remove + remove_models)
+        or f"nothing of {label(kept)} (it shares the current's image and model)"
+    )
     return {
         "action": "confirm",
         "remove": remove,
-        "reason": f"the current deployment stays; {kept['image_ref']} goes",
+        "remove_models": remove_models,
+        # The directories and model_sync's manifest beside each (a link is removed, not what it points at).
+        "remove_model_files": [item for path in remove_models for item in (path, manifest_beside(path))],
+        "reason": f"the current deployment stays; {goes} goes",
     }
 
 
@@ -609,8 +819,12 @@ def node_images(section: Mapping[str, Any] | None) -> dict[str, Any]:
     images = {}
     for name in ("current", "previous", "discarded"):
         item = doc[name]
-        images[name] = {"ref": item.get("image_ref"), "id": item.get("image_id")} if item else None
-    return {"phase": doc["phase"], "kept": kept_images(doc), **images}
+        images[name] = (
+            {"ref": item.get("image_ref"), "id": item.get("image_id"), "model_path": item.get("model_path")}
+            if item
+            else None
+        )
+    return {"phase": doc["phase"], "kept": kept_images(doc), "kept_models": kept_model_paths(doc), **images}
 
 
 # -- deploy.yml beside an upgrade ------------------------------------------------
@@ -642,6 +856,67 @@ def deploy_guard(section: Mapping[str, Any] | None, run_ref: str, *, switching: 
         f"run {run_ref}, and it does not change images behind the upgrade's gate. Fix: set vllm_image_ref "
         f"(and its archive) in the inventory to {current}, or `sparkops upgrade --image {run_ref}` to go through "
         "the gate, or `sparkops rollback` / `sparkops upgrade --confirm` first."
+    )
+
+
+def deploy_model_guard(
+    section: Mapping[str, Any] | None,
+    model_path: str,
+    model_revision: str | None,
+    *,
+    switching: bool,
+    host: str,
+) -> str:
+    """ "" when deploy.yml may serve ``model_path`` (revision ``model_revision``); else why not, with the fix.
+
+    The model's side of ``deploy_guard``: while an upgrade is open or keeps a
+    deployment, deploy.yml serves only the current deployment's model directory and
+    revision; only upgrade.yml and rollback.yml (``switching``) move it. In ``steady``
+    (or never upgraded) the inventory rules, as it always did.
+    """
+    doc = load(section)
+    if switching or doc["phase"] == STEADY:
+        return ""
+    revision = model_revision or None
+    if doc["phase"] == UPGRADING:
+        wanted = (doc["attempt"] or {}).get("target") or {}
+        return (
+            f"{host}: an upgrade to {label(wanted)} was interrupted before its gate, so deploy.yml does not move the "
+            f"model (it would serve {model_path}, revision {revision}). Fix: rerun that upgrade "
+            "(`sparkops upgrade` with the same options), or `sparkops rollback`."
+        )
+    current = doc["current"] or {}
+    recorded = current.get("model_revision") or None
+    # A deployment recorded without a revision (before revisions were recorded) is told by its path.
+    if model_path == current.get("model_path") and (recorded is None or revision == recorded):
+        return ""
+    current_revision = current.get("model_revision") or '""'
+    return (
+        f"{host}: `sparkops upgrade` made {label(current)} the current deployment (phase {doc['phase']}), serving "
+        f"the model at {current.get('model_path')} (revision {current.get('model_revision')}); deploy.yml would "
+        f"serve {model_path} (revision {revision}), and it does not change the model behind the upgrade's gate. "
+        f"Fix: set sparkops_model_path to {current.get('model_path')} and model_sync_hf_revision to "
+        f"{current_revision} in the inventory, or `sparkops upgrade --model-revision REV` to "
+        "go through the gate, or `sparkops rollback` / `sparkops upgrade --confirm` first."
+    )
+
+
+def inventory_followup(section: Mapping[str, Any] | None) -> str:
+    """What the report tells the operator to set in the inventory so deploy.yml serves what the upgrade made current."""
+    doc = load(section)
+    current = doc["current"]
+    if not current:
+        return ""
+    settings = [f"vllm_image_ref: {current.get('image_ref')}"]
+    if current.get("vllm_version"):
+        settings.append(f"sparkops_vllm_version: {current.get('vllm_version')}")
+    settings.append(f"sparkops_model_path: {current.get('model_path')}")
+    settings.append(f"model_sync_hf_revision: {current.get('model_revision') or chr(34) * 2}")
+    return (
+        "Inventory: deploy.yml serves what the inventory says; so it serves what serves now, set "
+        + ", ".join(settings)
+        + " (and the image's archive or digest when the image source needs them). After `--confirm` (phase steady) "
+        "an inventory left on the old values would put the old deployment back without a gate."
     )
 
 

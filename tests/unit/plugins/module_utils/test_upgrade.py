@@ -297,7 +297,13 @@ def test_rollback_on_demand_swaps_and_a_second_one_changes_nothing():
 def test_confirm_removes_the_kept_image_and_a_second_confirm_changes_nothing():
     doc = _pass_upgrade()
     decision = up.plan_confirm(doc, host="spark-1")
-    assert decision == {"action": "confirm", "remove": ["vllm:old"], "reason": decision["reason"]}
+    assert decision == {
+        "action": "confirm",
+        "remove": ["vllm:old"],
+        "remove_models": [],
+        "remove_model_files": [],
+        "reason": decision["reason"],
+    }
     done = up.confirmed(doc, now=T1)
     assert done["phase"] == up.STEADY and done["previous"] is None
     assert up.kept_images(done) == ["vllm:new"]
@@ -367,7 +373,7 @@ def test_an_unknown_image_is_refused_with_host_value_and_fix():
 
 def test_a_second_upgrade_before_confirm_is_refused():
     doc = _pass_upgrade()
-    with pytest.raises(up.UpgradeRefused, match=r"vllm:old is still kept.*--confirm"):
+    with pytest.raises(up.UpgradeRefused, match=r"vllm:old \(model revision r1\) is still kept.*--confirm"):
         up.plan_upgrade(doc, _deployment(), _want("vllm:third", "sha256:" + "c" * 64), host="spark-1")
 
 
@@ -418,8 +424,9 @@ def test_every_node_records_the_images_it_keeps():
     assert up.node_images(doc) == {
         "phase": up.AWAITING_CONFIRM,
         "kept": ["vllm:new", "vllm:old"],
-        "current": {"ref": "vllm:new", "id": NEW_ID},
-        "previous": {"ref": "vllm:old", "id": OLD_ID},
+        "kept_models": ["/srv/models/m"],
+        "current": {"ref": "vllm:new", "id": NEW_ID, "model_path": "/srv/models/m"},
+        "previous": {"ref": "vllm:old", "id": OLD_ID, "model_path": "/srv/models/m"},
         "discarded": None,
     }
     assert up.node_images(None)["kept"] == []
@@ -496,7 +503,10 @@ def test_the_same_bad_target_again_changes_nothing_and_says_it_was_rolled_back()
 
 
 def test_another_target_after_a_rollback_needs_a_confirm_first():
-    with pytest.raises(up.UpgradeRefused, match=r"vllm:new is still kept from the last rollback.*--confirm"):
+    with pytest.raises(
+        up.UpgradeRefused,
+        match=r"vllm:new \(model revision r1\) is still kept from the last rollback.*--confirm",
+    ):
         up.plan_upgrade(_failed_upgrade(), _deployment(), _want("vllm:third", "sha256:" + "c" * 64), host="h")
 
 
