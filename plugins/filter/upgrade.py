@@ -174,6 +174,12 @@ def upgrade_downtime_line(attempt):
     return _upgrade.downtime_line(attempt)
 
 
+def upgrade_section(section):
+    """The ``upgrade`` section with every key (phase, current, previous, discarded, attempt), empty ones
+    ``none``: a record never upgraded has no section at all."""
+    return _upgrade.load(section)
+
+
 def upgrade_node_images(section):
     """Every node's ``upgrade_images`` section from the head's ``upgrade`` section."""
     return _upgrade.node_images(section)
@@ -201,6 +207,7 @@ class FilterModule:
             "upgrade_deploy_guard": upgrade_deploy_guard,
             "upgrade_downtime_line": upgrade_downtime_line,
             "upgrade_node_images": upgrade_node_images,
+            "upgrade_section": upgrade_section,
             "upgrade_image_for_version": upgrade_image_for_version,
             "upgrade_model_guard": upgrade_model_guard,
             "upgrade_model_disk_check": upgrade_model_disk_check,

@@ -50,3 +50,20 @@ def test_the_image_for_version_filter():
         r"Fix: set upgrade_image_ref_template in the inventory, or give --image",
     ):
         upgrade.upgrade_image_for_version("0.17.1", "", "spark-1")
+
+
+@pytest.mark.parametrize("stored", [None, {}, "", {"phase": "unknown", "current": {"image_ref": "x"}}])
+def test_a_record_never_upgraded_reads_as_a_steady_section_with_every_key(stored):
+    # report.yml reads (_section.current or {}) on a lab never upgraded: every key must be there.
+    assert upgrade.upgrade_section(stored) == {
+        "phase": "steady",
+        "current": None,
+        "previous": None,
+        "discarded": None,
+        "attempt": None,
+    }
+
+
+def test_a_stored_section_keeps_what_it_holds():
+    stored = {"phase": "awaiting_confirm", "current": {"image_ref": "a"}, "previous": {"image_ref": "b"}}
+    assert upgrade.upgrade_section(stored) == {**stored, "discarded": None, "attempt": None}
