@@ -107,3 +107,68 @@ def twin_plan(hosts):
         seen[str(address)] = host
         planned[host] = {"interface": interface, "address": str(address), "prefix": subnet.prefixlen}
     return {"enabled": True, "hosts": planned, "problems": problems}
+
+
+# The kernel's Documentation/networking/ip-sysctl.rst ("arp_ignore", "arp_announce"): for
+# both, "the max value from conf/{all,interface}/..." applies to the interface. arp_ignore 1
+# (reply only for an address of the incoming interface) and 2 (and only when the sender is
+# in that address's subnet) stop one netdev answering for its twin's address; 0 answers
+# for any local address (the flux), 3 is about scopes, not interfaces, and 8 answers
+# nothing. arp_announce 2 takes an ARP request's source from the outgoing netdev's own
+# addresses.
+ARP_WANTED = {"arp_ignore": (1, 2), "arp_announce": (2,)}
+ARP_FIX_VALUES = {"arp_ignore": 1, "arp_announce": 2}
+_ARP_LINE = re.compile(
+    r"^/proc/sys/net/ipv4/conf/(?P<dev>[^/\s]+)/(?P<key>arp_ignore|arp_announce):(?P<value>-?\d+)\s*$"
+)
+
+
+def arp_paths(netdevs):
+    """The /proc/sys files :func:`arp_flux_problems` reads: ``all`` and each netdev's two settings."""
+    return [f"/proc/sys/net/ipv4/conf/{dev}/{key}" for dev in ["all", *netdevs] for key in ARP_WANTED]
+
+
+def parse_arp_settings(text):
+    """``{netdev: {key: int}}`` from ``grep -H . FILE...`` over :func:`arp_paths` (``path:value`` lines).
+
+    Lines of any other shape (grep's messages for a netdev that is gone) are ignored: a
+    netdev missing from the result is reported by :func:`arp_flux_problems`.
+    """
+    found = {}
+    for line in str(text or "").splitlines():
+        match = _ARP_LINE.match(line.strip())
+        if match and match["dev"] not in (".", ".."):
+            found.setdefault(match["dev"], {})[match["key"]] = int(match["value"])
+    return found
+
+
+def arp_flux_problems(host, netdevs, settings, sysctl_file):
+    """Problems with the ARP settings of an addressed twin pair, each naming the host, value and fix.
+
+    ``netdevs`` are ib_interface and its twin, ``settings`` what :func:`parse_arp_settings`
+    read. The effective value of each setting is the larger of ``all``'s and the netdev's
+    (ip-sysctl.rst); it must be one of :data:`ARP_WANTED`'s.
+    """
+    problems = []
+    common = settings.get("all", {})
+    for dev in netdevs:
+        own = settings.get(dev)
+        if own is None or any(key not in own or key not in common for key in ARP_WANTED):
+            problems.append(
+                f"{host}: the ARP settings of {dev} could not be read (/proc/sys/net/ipv4/conf/{dev}/). "
+                f"Fix: check that {dev} exists (ip link show {dev}) and rerun."
+            )
+            continue
+        for key, allowed in ARP_WANTED.items():
+            effective = max(common[key], own[key])
+            if effective in allowed:
+                continue
+            problems.append(
+                f"{host}: net.ipv4.conf.{dev}.{key} is effectively {effective} (all {common[key]}, {dev} {own[key]}), "
+                f"not {' or '.join(str(v) for v in allowed)}: with the twin addressed, {dev} and its pair share one "
+                "wire and each answers ARP for the other's address with its own MAC (ARP flux), so a peer may send "
+                f"to the wrong netdev (docs/rdma.md, 'Addressing the twin'). Fix: set roce_network_mode: configure "
+                f"(it writes {sysctl_file}), or put net.ipv4.conf.{dev}.{key} = {ARP_FIX_VALUES[key]} in a file "
+                "under /etc/sysctl.d/, run sysctl --system, and rerun."
+            )
+    return problems
