@@ -17,8 +17,14 @@ def serve_url_on_head(serve_host, port=None):
         raise AnsibleFilterError(f"serve_url_on_head: {exc}") from exc
 
 
-def serve_url_from_controller(serve_host, head_address, port=None):
-    """The base URL a client on the controller uses (the head's address unless serve is bound to one)."""
+def serve_url_from_controller(serve_host, head, hostvars, port=None):
+    """The base URL a client on the controller uses (the head's address unless serve is bound to one).
+
+    ``head`` is the head's inventory name; its address is its ``ansible_host`` in
+    ``hostvars``, else the name itself (how Ansible connects to a host without one).
+    """
+    values = hostvars[head] if head in hostvars else {}
+    head_address = values.get("ansible_host") or head
     try:
         return _serve_endpoint.from_controller(serve_host, head_address, port)
     except _serve_endpoint.EndpointError as exc:
