@@ -23,7 +23,7 @@ def serve_url_from_controller(serve_host, head, hostvars, port=None):
     ``head`` is the head's inventory name; its address is its ``ansible_host`` in
     ``hostvars``, else the name itself (how Ansible connects to a host without one).
     """
-    values = hostvars[head] if head in hostvars else {}
+    values = hostvars.get(head) or {}
     head_address = values.get("ansible_host") or head
     try:
         return _serve_endpoint.from_controller(serve_host, head_address, port)

@@ -30,7 +30,12 @@ def test_the_url_each_client_uses(host, port, head, controller):
     assert _serve_endpoint.on_head(host, port) == head
     assert _serve_endpoint.from_controller(host, "10.0.0.11", port) == controller
     assert FILTERS["serve_url_on_head"](host, port) == head
-    assert FILTERS["serve_url_from_controller"](host, "spark-1", {"spark-1": {"ansible_host": "10.0.0.11"}}, port) == controller
+    assert (
+        FILTERS["serve_url_from_controller"](
+            host, "spark-1", {"spark-1": {"ansible_host": "10.0.0.11"}}, port
+        )
+        == controller
+    )
 
 
 def test_an_ipv6_head_address_goes_in_brackets():
@@ -59,7 +64,9 @@ def test_a_hostile_or_malformed_address_never_becomes_a_url(host):
     with pytest.raises(_serve_endpoint.EndpointError, match="neither an IP address nor a host name"):
         _serve_endpoint.on_head(host, 8000)
     with pytest.raises(AnsibleFilterError, match="serve_url_from_controller"):
-        FILTERS["serve_url_from_controller"](host, "spark-1", {"spark-1": {"ansible_host": "10.0.0.11"}}, 8000)
+        FILTERS["serve_url_from_controller"](
+            host, "spark-1", {"spark-1": {"ansible_host": "10.0.0.11"}}, 8000
+        )
 
 
 @pytest.mark.parametrize("port", [0, 65536, -1, "http", True, 80.5, "8000; id"])
