@@ -6,25 +6,18 @@ The scenario asserts on these fields (a path MTU below ib_mtu: the full-size pin
 don't-fragment fails, the small one passes), not on the stage's message.
 """
 
+from __future__ import annotations
+
+from ansible_collections.sparkops.vllm.plugins.module_utils._roce_reach import parse_probe_lines
+
 
 def roce_probes(stdout_lines):
-    """``{peer: {address, full_rc, small_rc, said}}`` from the probe's lines; a line that is not a probe's is skipped."""
-    probes = {}
-    for line in stdout_lines or []:
-        fields = str(line).split(" ", 4)
-        if len(fields) < 4:
-            continue
-        try:
-            full, small = int(fields[2]), int(fields[3])
-        except ValueError:
-            continue
-        probes[fields[0]] = {
-            "address": fields[1],
-            "full_rc": full,
-            "small_rc": small,
-            "said": fields[4].strip() if len(fields) > 4 else "",
-        }
-    return probes
+    """``{peer: {address, full_rc, small_rc, said}}`` from the probe's lines (the stage's own parser,
+    ``_roce_reach.parse_probe_lines``); a line that is not a probe's is skipped."""
+    return {
+        p["peer"]: {"address": p["address"], "full_rc": p["full"], "small_rc": p["small"], "said": p["said"]}
+        for p in parse_probe_lines(stdout_lines)
+    }
 
 
 class FilterModule:
